@@ -1,0 +1,83 @@
+#include "paratrain/base/env.h"
+
+#include <cstdlib>
+
+#include "paratrain/base/error.h"
+
+namespace paratrain::env {
+
+const std::vector<VarInfo>& declared() {
+  static const std::vector<VarInfo> vars = {
+      {"PARATRAIN_TOKEN", "", "shared secret of a job's store (set by the launcher)"},
+      {"PARATRAIN_DEBUG", "", "'detail' makes ranks compare a fingerprint of every collective"},
+      {"PARATRAIN_THREADS", "", "compute threads per rank (default: the host's cores split among local ranks)"},
+      {"PARATRAIN_COMM_TIMEOUT_S", "300", "deadline of one collective, seconds"},
+      {"PARATRAIN_PEER_TIMEOUT_S", "10", "seconds after which a silent dead peer fails pending collectives"},
+      {"PARATRAIN_BACKEND", "auto", "communication backend: auto|shm|tcp|mpi|nccl"},
+      {"PARATRAIN_SHM_STAGING_BYTES", "4194304", "shared-memory staging area per peer pair, bytes"},
+      {"PARATRAIN_TCP_STREAMS", "2", "TCP connections per peer pair"},
+      {"PARATRAIN_SEGMENT_BYTES", "0", "ring segment size in bytes (0 = automatic)"},
+      {"PARATRAIN_LOG", "info", "log level: debug|info|warn|error"},
+  };
+  return vars;
+}
+
+static const VarInfo& find(const std::string& name) {
+  for (const auto& v : declared())
+    if (v.name == name) return v;
+  PT_CHECK(false, "environment variable ", name, " is not declared in src/base/env.cpp");
+}
+
+std::optional<std::string> raw(const std::string& name) {
+  const char* v = std::getenv(name.c_str());
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+std::optional<int64_t> raw_int(const std::string& name) {
+  auto v = raw(name);
+  if (!v) return std::nullopt;
+  try {
+    size_t pos = 0;
+    int64_t x = std::stoll(*v, &pos);
+    if (pos != v->size()) throw std::invalid_argument("trailing");
+    return x;
+  } catch (const std::exception&) {
+    PT_THROW(InputError, "environment variable ", name, "='", *v, "' is not an integer");
+  }
+}
+
+std::string get_string(const std::string& name) {
+  const VarInfo& info = find(name);
+  auto v = raw(name);
+  return v ? *v : info.default_value;
+}
+
+int64_t get_int(const std::string& name) {
+  const VarInfo& info = find(name);
+  if (auto v = raw_int(name)) return *v;
+  return info.default_value.empty() ? 0 : std::stoll(info.default_value);
+}
+
+double get_double(const std::string& name) {
+  const VarInfo& info = find(name);
+  std::string s = raw(name).value_or(info.default_value);
+  if (s.empty()) return 0.0;
+  try {
+    size_t pos = 0;
+    double x = std::stod(s, &pos);
+    if (pos != s.size()) throw std::invalid_argument("trailing");
+    return x;
+  } catch (const std::exception&) {
+    PT_THROW(InputError, "environment variable ", name, "='", s, "' is not a number");
+  }
+}
+
+bool get_bool(const std::string& name) {
+  std::string s = get_string(name);
+  if (s.empty() || s == "0" || s == "false" || s == "off" || s == "no") return false;
+  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
+  PT_THROW(InputError, "environment variable ", name, "='", s, "' is not a boolean (0/1)");
+}
+
+}  // namespace paratrain::env
