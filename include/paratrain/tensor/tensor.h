@@ -1,0 +1,161 @@
+// Tensor: a strided view of a reference-counted Storage.
+//
+// A Tensor is a cheap handle (copying it shares the storage, like torch.Tensor). Views
+// (reshape of contiguous data, transpose, narrow, permute, select) share storage and change
+// shape/strides/offset; contiguous() and clone() copy. Storage comes from the device's
+// caching allocator (allocator.h), so freed memory is reused by the next step.
+//
+// Autograd state (requires_grad, .grad, the node that produced it, hooks) lives in an
+// AutogradMeta the tensor points to; the autograd layer fills it in. A default-constructed
+// Tensor is "undefined" (defined() == false).
+//
+// Thread-safety: distinct Tensors may be used from different threads; one Tensor's data must
+// not be written concurrently with other access.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "paratrain/base/error.h"
+#include "paratrain/tensor/allocator.h"
+#include "paratrain/tensor/dtype.h"
+
+namespace paratrain {
+
+namespace autograd {
+class Node;
+}
+
+using Shape = std::vector<int64_t>;
+
+std::string shape_str(const Shape& s);
+int64_t shape_numel(const Shape& s);
+
+// A block of device memory. Owns it unless created over external memory (from_blob).
+class Storage {
+ public:
+  Storage(size_t nbytes, Device device);  // allocates from allocator_for(device)
+  Storage(void* external, size_t nbytes, Device device, std::function<void(void*)> deleter);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_ = Device::CPU;
+  bool owned_ = true;
+  std::function<void(void*)> deleter_;
+};
+
+class Tensor;
+
+// Autograd bookkeeping attached to a tensor (filled in by the autograd layer).
+struct AutogradMeta {
+  bool requires_grad = false;
+  bool retains_grad = false;
+  std::shared_ptr<Tensor> grad;                   // accumulated gradient (leaves, or retained)
+  std::shared_ptr<autograd::Node> grad_fn;        // node that produced this tensor (non-leaf)
+  int output_nr = 0;                              // which output of grad_fn
+  std::vector<std::function<void(Tensor&)>> grad_ready_hooks;  // fired when .grad is final
+  std::string name;                               // parameter name, for messages
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  // ---- factories ----
+  static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device::CPU);
+  static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device::CPU);
+  static Tensor full(const Shape& shape, double value, DType dtype = DType::F32);
+  static Tensor from_vector(const std::vector<float>& values, const Shape& shape);
+  static Tensor from_vector_i32(const std::vector<int32_t>& values, const Shape& shape);
+  static Tensor from_vector_i64(const std::vector<int64_t>& values, const Shape& shape);
+  // Wraps external memory without copying; `deleter` (may be empty) runs when the last view dies.
+  static Tensor from_blob(void* data, const Shape& shape, DType dtype,
+                          std::function<void(void*)> deleter = {});
+
+  // ---- metadata ----
+  bool defined() const { return storage_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_ ? storage_->device() : Device::CPU; }
+  const Shape& shape() const { return shape_; }
+  const Shape& strides() const { return strides_; }
+  int64_t dim() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t size(int64_t d) const;  // negative d counts from the end
+  int64_t stride(int64_t d) const;
+  int64_t numel() const { return shape_numel(shape_); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  int64_t offset() const { return offset_; }
+  bool is_contiguous() const;
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+  bool shares_storage(const Tensor& other) const { return storage_ == other.storage_; }
+
+  // ---- data ----
+  void* data_ptr() const;
+  template <typename T>
+  T* data() const {
+    return static_cast<T*>(data_ptr());
+  }
+  // The single value of a one-element tensor, as double.
+  double item() const;
+  // Copies the elements out in row-major order, converted to float / int64.
+  std::vector<float> to_vector() const;
+  std::vector<int64_t> to_vector_i64() const;
+
+  // ---- views (share storage) ----
+  Tensor view(const Shape& shape) const;       // requires contiguous; one -1 allowed
+  Tensor reshape(const Shape& shape) const;    // view when possible, else a contiguous copy
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;  // removes dim
+  Tensor flatten() const { return reshape({numel()}); }
+
+  // ---- copies ----
+  Tensor contiguous() const;  // this when already contiguous
+  Tensor clone() const;       // always a fresh contiguous copy
+  Tensor to(DType dtype) const;
+  // Copies `src` (same shape, any dtype/strides) into this tensor's elements.
+  void copy_(const Tensor& src);
+  void fill_(double value);
+  void zero_();
+
+  // ---- autograd state (see autograd layer) ----
+  bool requires_grad() const { return meta_ && meta_->requires_grad; }
+  Tensor& set_requires_grad(bool r);
+  // The accumulated gradient; undefined Tensor when none yet.
+  Tensor grad() const;
+  void set_grad(const Tensor& g);
+  bool is_leaf() const { return !meta_ || !meta_->grad_fn; }
+  AutogradMeta& autograd_meta();  // creates it on first use
+  const std::shared_ptr<AutogradMeta>& autograd_meta_ptr() const { return meta_; }
+  // A tensor sharing data but detached from the graph.
+  Tensor detach() const;
+  const std::string& name() const;
+  void set_name(const std::string& n) { autograd_meta().name = n; }
+
+  std::string to_string() const;  // "Tensor[f32 2x3 cpu]"
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  Shape shape_;
+  Shape strides_;
+  int64_t offset_ = 0;  // in elements
+  DType dtype_ = DType::F32;
+  std::shared_ptr<AutogradMeta> meta_;
+};
+
+// Contiguous strides for a shape.
+Shape contiguous_strides(const Shape& shape);
+
+}  // namespace paratrain

@@ -1,0 +1,107 @@
+#include "paratrain/tensor/allocator.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdlib>
+#include <new>
+
+#include "paratrain/base/error.h"
+
+namespace paratrain {
+
+namespace {
+constexpr size_t kMinBlock = 64;
+constexpr size_t kHugeThreshold = size_t{2} << 20;
+}  // namespace
+
+const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+
+CachingAllocator::~CachingAllocator() { empty_cache(); }
+
+size_t CachingAllocator::size_class(size_t nbytes) {
+  if (nbytes <= kMinBlock) return kMinBlock;
+  // Round up to a multiple of a quarter of the enclosing power of two: waste <= 25%.
+  size_t pow2 = std::bit_floor(nbytes);
+  size_t quarter = std::max<size_t>(pow2 / 4, kMinBlock);
+  return (nbytes + quarter - 1) / quarter * quarter;
+}
+
+void* CachingAllocator::os_alloc(size_t bytes) {
+  if (bytes >= kHugeThreshold) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    madvise(p, bytes, MADV_HUGEPAGE);
+    return p;
+  }
+  void* p = std::aligned_alloc(kMinBlock, bytes);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+void CachingAllocator::os_free(void* p, size_t bytes) {
+  if (bytes >= kHugeThreshold)
+    munmap(p, bytes);
+  else
+    std::free(p);
+}
+
+void* CachingAllocator::allocate(size_t nbytes) {
+  size_t block = size_class(nbytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  void* p = nullptr;
+  auto it = free_.find(block);
+  if (it != free_.end() && !it->second.empty()) {
+    p = it->second.back();
+    it->second.pop_back();
+    stats_.cache_hits++;
+  } else {
+    p = os_alloc(block);
+    stats_.os_allocations++;
+    stats_.bytes_reserved += static_cast<int64_t>(block);
+    stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
+  }
+  stats_.bytes_in_use += static_cast<int64_t>(block);
+  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+  return p;
+}
+
+void CachingAllocator::deallocate(void* p, size_t nbytes) {
+  if (p == nullptr) return;
+  size_t block = size_class(nbytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  free_[block].push_back(p);
+  stats_.bytes_in_use -= static_cast<int64_t>(block);
+}
+
+AllocatorStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  stats_.peak_bytes_reserved = stats_.bytes_reserved;
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [block, ptrs] : free_) {
+    for (void* p : ptrs) {
+      os_free(p, block);
+      stats_.bytes_reserved -= static_cast<int64_t>(block);
+    }
+    ptrs.clear();
+  }
+}
+
+Allocator& allocator_for(Device d) {
+  // Never destroyed: tensors in static objects may outlive any destruction order.
+  static CachingAllocator* cpu = new CachingAllocator();
+  if (d != Device::CPU) PT_THROW(InputError, "device ", device_name(d), " is not available in this build");
+  return *cpu;
+}
+
+}  // namespace paratrain
