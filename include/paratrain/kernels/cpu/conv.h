@@ -1,0 +1,34 @@
+// 2-D convolution and max-pooling, NCHW, as torch.nn.Conv2d / MaxPool2d.
+//
+// Square kernels, one stride and one zero padding for both spatial dims. Output size
+// Ho = (H + 2*pad - K) / stride + 1 (conv2d_out_size). conv2d is im2col + GEMM over chunks
+// of images, with a reused grow-only scratch buffer. Backward functions accumulate.
+#pragma once
+
+#include <cstdint>
+
+namespace paratrain::kernels::cpu {
+
+// (H + 2*pad - K) / stride + 1; InputError when not positive.
+int64_t conv2d_out_size(int64_t H, int64_t K, int64_t stride, int64_t pad);
+
+// out (N,Co,Ho,Wo), inp (N,Ci,H,W), weight (Co,Ci,K,K), bias (Co) or nullptr
+void conv2d_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int64_t N, int64_t Ci, int64_t H, int64_t W, int64_t Co, int64_t K,
+                    int64_t stride, int64_t pad);
+
+// dinp (N,Ci,H,W), dweight (Co,Ci,K,K), dbias (Co) += ...; each may be nullptr (not wanted).
+// dout (N,Co,Ho,Wo), inp (N,Ci,H,W), weight (Co,Ci,K,K)
+void conv2d_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int64_t N, int64_t Ci, int64_t H,
+                     int64_t W, int64_t Co, int64_t K, int64_t stride, int64_t pad);
+
+// out (N,C,Ho,Wo), argmax (N,C,Ho,Wo) int32 index h*W+w into its input plane, inp (N,C,H,W).
+// Padding counts as -inf (as torch). Ties keep the first maximum in row-major window order.
+void maxpool2d_forward(float* out, int32_t* argmax, const float* inp, int64_t N, int64_t C,
+                       int64_t H, int64_t W, int64_t K, int64_t stride, int64_t pad);
+// dinp (N,C,H,W) += dout (N,C,Ho,Wo) routed through argmax
+void maxpool2d_backward(float* dinp, const float* dout, const int32_t* argmax, int64_t N,
+                        int64_t C, int64_t H, int64_t W, int64_t Ho, int64_t Wo);
+
+}  // namespace paratrain::kernels::cpu
