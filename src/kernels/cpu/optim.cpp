@@ -1,0 +1,59 @@
+// Fused AdamW and SGD updates, in the operation order of torch.optim (1.13, single-tensor
+// path): scalars derived in double as Python does, element math in f32.
+#include "paratrain/kernels/cpu/optim.h"
+
+#include <cmath>
+
+#include "kernels/cpu/parallel.h"
+#include "paratrain/base/error.h"
+
+namespace paratrain::kernels::cpu {
+
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int64_t t) {
+  if (n < 0) PT_THROW(InputError, "adamw_update: negative element count ", n);
+  if (t < 1) PT_THROW(InputError, "adamw_update: step must be >= 1, got ", t);
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
+  const float decay = static_cast<float>(1.0 - static_cast<double>(lr) * weight_decay);
+  const float step_size = static_cast<float>(static_cast<double>(lr) / bc1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const float b1 = beta1, b2 = beta2;
+  const float a1 = static_cast<float>(1.0 - static_cast<double>(beta1));
+  const float a2 = static_cast<float>(1.0 - static_cast<double>(beta2));
+  detail::parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) {
+      const float gi = g[i];
+      const float pi = p[i] * decay;
+      const float mi = m[i] * b1 + a1 * gi;
+      const float vi = v[i] * b2 + a2 * gi * gi;
+      const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+      p[i] = pi + (-step_size) * mi / denom;
+      m[i] = mi;
+      v[i] = vi;
+    }
+  });
+}
+
+void sgd_update(float* p, const float* g, float* buf, int64_t n, float lr, float momentum,
+                float dampening, float weight_decay, bool nesterov, bool first_step) {
+  if (n < 0) PT_THROW(InputError, "sgd_update: negative element count ", n);
+  if (momentum != 0.0f && buf == nullptr && n > 0)
+    PT_THROW(InputError, "sgd_update: momentum needs a buffer");
+  const float keep = static_cast<float>(1.0 - static_cast<double>(dampening));
+  detail::parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float d = g[i];
+      if (weight_decay != 0.0f) d = d + weight_decay * p[i];
+      if (momentum != 0.0f) {
+        float bi = first_step ? d : buf[i] * momentum + keep * d;
+        buf[i] = bi;
+        d = nesterov ? d + momentum * bi : bi;
+      }
+      p[i] = p[i] + (-lr) * d;
+    }
+  });
+}
+
+}  // namespace paratrain::kernels::cpu
