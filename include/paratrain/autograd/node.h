@@ -1,0 +1,44 @@
+// Nodes of the reverse-mode tape.
+//
+// Every differentiable op that sees an input requiring a gradient (and grad mode on) records
+// one Node: its backward function and one Edge per input. An Edge points either at the Node
+// that produced the input (interior tensor) or at the input's AutogradMeta (a leaf, whose
+// .grad accumulates). The graph is freed as soon as the last Tensor referring to it dies.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "paratrain/tensor/tensor.h"
+
+namespace paratrain::autograd {
+
+struct Edge {
+  std::shared_ptr<Node> node;          // producer of the input (interior), or null
+  int output_nr = 0;                   // which output of `node`
+  std::shared_ptr<AutogradMeta> leaf;  // leaf requiring grad, or null
+  bool active() const { return node != nullptr || leaf != nullptr; }
+};
+
+class Node {
+ public:
+  virtual ~Node() = default;
+  // grad_outputs[i] is the gradient of the loss w.r.t. output i (undefined when no path led
+  // there). Returns one gradient per input, undefined where next_edges()[i] is inactive.
+  virtual std::vector<Tensor> backward(std::vector<Tensor>& grad_outputs) = 0;
+  virtual const char* name() const = 0;
+
+  std::vector<Edge>& next_edges() { return next_; }
+  bool needs_input_grad(size_t i) const { return i < next_.size() && next_[i].active(); }
+  int num_outputs() const { return num_outputs_; }
+  void set_num_outputs(int n) { num_outputs_ = n; }
+  // Output shapes, so a missing output gradient can be materialised as zeros when needed.
+  std::vector<Shape> output_shapes;
+
+ private:
+  std::vector<Edge> next_;
+  int num_outputs_ = 1;
+};
+
+}  // namespace paratrain::autograd

@@ -1,0 +1,76 @@
+// Differentiable operations on Tensors (the functional API the nn layer is built from).
+//
+// Each op computes its result with the CPU kernels and, when grad mode is on and an input
+// requires a gradient, records a Node whose backward produces the input gradients. Inputs
+// are f32 unless stated (token ids and labels are i32); outputs are fresh contiguous tensors
+// unless the op is a view (reshape). Shapes are checked: a mismatch throws InputError
+// naming the op and both shapes.
+#pragma once
+
+#include <cstdint>
+
+#include "paratrain/tensor/random.h"
+#include "paratrain/tensor/tensor.h"
+
+namespace paratrain::ops {
+
+// ---- elementwise (same shapes) ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor scale(const Tensor& a, float s);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // tanh form
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+
+// ---- reductions to a one-element tensor ----
+Tensor sum(const Tensor& x);
+Tensor mean(const Tensor& x);
+
+// ---- shapes ----
+// A view with a new shape (a copy first when x is not contiguous); gradient reshaped back.
+Tensor reshape(const Tensor& x, const Shape& shape);
+
+// ---- linear algebra ----
+// a (..., K) @ b: b (K, N), or (N, K) when trans_b. Leading dims of a are flattened.
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_b = false);
+// Batched: a (Bt, M, K) @ b (Bt, K, N) -> (Bt, M, N)
+Tensor bmm(const Tensor& a, const Tensor& b);
+// x (..., in) -> (..., out). weight is (in, out) when in_out_layout (Hugging Face Conv1D, GPT)
+// and (out, in) otherwise (torch.nn.Linear). bias (out) may be undefined.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, bool in_out_layout);
+
+// ---- normalisation, activations over rows ----
+// x (..., C), weight (C), bias (C): LayerNorm over the last dim, biased variance.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps = 1e-5f);
+Tensor softmax(const Tensor& x);      // over the last dim
+Tensor log_softmax(const Tensor& x);  // over the last dim
+
+// ---- embeddings ----
+// tokens (B,T) i32, wte (V,C) -> (B,T,C)
+Tensor embedding(const Tensor& tokens, const Tensor& wte);
+// GPT input: wte[tokens] + wpe[0..T), tokens (B,T) i32, wte (V,C), wpe (Tmax,C) -> (B,T,C)
+Tensor gpt_embedding(const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
+
+// ---- attention ----
+// qkv (B,T,3C) packed as GPT-2's c_attn output -> (B,T,C), causal, n_head heads.
+Tensor causal_self_attention(const Tensor& qkv, int64_t n_head);
+
+// ---- losses ----
+// logits (..., V), targets (...) i32 (-1 = ignore) -> mean cross-entropy over the
+// non-ignored positions, a one-element tensor. Fused log-softmax + NLL.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+
+// ---- images ----
+// x (N,Ci,H,W), weight (Co,Ci,K,K), bias (Co) or undefined -> (N,Co,Ho,Wo)
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding);
+// x (N,C,H,W) -> (N,C,Ho,Wo)
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding = 0);
+
+// ---- regularisation ----
+// Zeroes elements with probability p and scales the rest by 1/(1-p); identity when
+// !training or p == 0. The mask comes from `gen`.
+Tensor dropout(const Tensor& x, float p, bool training, Generator& gen);
+
+}  // namespace paratrain::ops
