@@ -87,8 +87,8 @@ class Attention(nn.Module):
         self.n_embd = cfg.n_embd
         self.c_attn = Conv1D(cfg.n_embd, 3 * cfg.n_embd)
         self.c_proj = Conv1D(cfg.n_embd, cfg.n_embd)
-        mask = torch.tril(torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool))
-        self.register_buffer("mask", mask, persistent=False)
+        # a plain attribute, not a buffer: DDP would try to broadcast it and gloo has no bool
+        self.mask = torch.tril(torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool))
 
     def forward(self, x):
         B, T, C = x.shape
@@ -99,7 +99,7 @@ class Attention(nn.Module):
         k = k.view(B, T, H, D).transpose(1, 2)
         v = v.view(B, T, H, D).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
-        att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
+        att = att.masked_fill(~self.mask[:T, :T].to(x.device), float("-inf"))
         att = torch.softmax(att, dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
         return self.c_proj(y)
