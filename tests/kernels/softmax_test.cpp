@@ -1,0 +1,107 @@
+#include <cmath>
+#include <vector>
+
+#include "kernels/test_util.h"
+#include "paratrain/kernels/cpu.h"
+
+namespace paratrain::kernels::cpu {
+namespace {
+using testing::all_close;
+using testing::grad_check;
+using testing::randn;
+
+TEST(Softmax, ForwardMatchesReference) {
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{1, 1}, {4, 7}, {3, 33}, {2, 5000}}) {
+    auto x = randn(N * C, 1, 4.0f);
+    std::vector<float> out(N * C), lout(N * C), want(N * C), lwant(N * C);
+    for (int64_t n = 0; n < N; ++n) {
+      double m = -INFINITY, s = 0;
+      for (int64_t c = 0; c < C; ++c) m = std::max(m, double(x[n * C + c]));
+      for (int64_t c = 0; c < C; ++c) s += std::exp(x[n * C + c] - m);
+      for (int64_t c = 0; c < C; ++c) {
+        want[n * C + c] = static_cast<float>(std::exp(x[n * C + c] - m) / s);
+        lwant[n * C + c] = static_cast<float>(x[n * C + c] - m - std::log(s));
+      }
+    }
+    softmax_forward(out.data(), x.data(), N, C);
+    log_softmax_forward(lout.data(), x.data(), N, C);
+    EXPECT_TRUE(all_close(out, want, 1e-7, 1e-5));
+    EXPECT_TRUE(all_close(lout, lwant, 1e-5, 1e-5));
+  }
+}
+
+TEST(Softmax, BackwardGradCheck) {
+  const int64_t N = 3, C = 11;
+  auto x = randn(N * C, 2), w = randn(N * C, 3);
+  std::vector<float> out(N * C), d(N * C, 0.0f), ld(N * C, 0.0f);
+  softmax_forward(out.data(), x.data(), N, C);
+  softmax_backward(d.data(), w.data(), out.data(), N, C);
+  auto loss = [&] {
+    std::vector<float> o(N * C);
+    softmax_forward(o.data(), x.data(), N, C);
+    return testing::dot(w, o);
+  };
+  EXPECT_TRUE(grad_check(x, d, loss, 1e-2f, 1e-3, 1e-2));
+  log_softmax_forward(out.data(), x.data(), N, C);
+  log_softmax_backward(ld.data(), w.data(), out.data(), N, C);
+  auto lloss = [&] {
+    std::vector<float> o(N * C);
+    log_softmax_forward(o.data(), x.data(), N, C);
+    return testing::dot(w, o);
+  };
+  EXPECT_TRUE(grad_check(x, ld, lloss, 1e-2f, 1e-3, 1e-2));
+}
+
+TEST(CrossEntropy, ForwardBackwardIgnoreIndexAndBigVocab) {
+  for (auto [N, V] : {std::pair<int64_t, int64_t>{1, 1}, {5, 13}, {3, 50257}}) {
+    auto logits = randn(N * V, 4, 3.0f);
+    std::vector<int32_t> tgt(N);
+    for (int64_t n = 0; n < N; ++n) tgt[n] = static_cast<int32_t>((n * 7919) % V);
+    if (N > 1) tgt[1] = kIgnoreIndex;
+    std::vector<float> losses(N), lse(N), want(N);
+    crossentropy_forward(losses.data(), lse.data(), logits.data(), tgt.data(), N, V);
+    for (int64_t n = 0; n < N; ++n) {
+      double m = -INFINITY, s = 0;
+      for (int64_t c = 0; c < V; ++c) m = std::max(m, double(logits[n * V + c]));
+      for (int64_t c = 0; c < V; ++c) s += std::exp(logits[n * V + c] - m);
+      want[n] = tgt[n] < 0 ? 0.0f : static_cast<float>(m + std::log(s) - logits[n * V + tgt[n]]);
+    }
+    EXPECT_TRUE(all_close(losses, want, 1e-5, 1e-5));
+    std::vector<float> dl(N);
+    for (int64_t n = 0; n < N; ++n) dl[n] = 0.1f * (n + 1);
+    std::vector<float> d(N * V, 123.0f);  // overwritten
+    crossentropy_backward(d.data(), dl.data(), logits.data(), lse.data(), tgt.data(), N, V);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < V; c += std::max<int64_t>(1, V / 50)) {
+        double p = std::exp(double(logits[n * V + c]) - lse[n]);
+        double w = tgt[n] < 0 ? 0.0 : (p - (c == tgt[n])) * dl[n];
+        EXPECT_NEAR(d[n * V + c], w, 1e-6) << n << "," << c;
+      }
+    // in place over the logits
+    auto inplace = logits;
+    crossentropy_backward(inplace.data(), dl.data(), inplace.data(), lse.data(), tgt.data(), N, V);
+    EXPECT_EQ(inplace, d);
+  }
+}
+
+TEST(CrossEntropy, GradCheckAndBadTarget) {
+  const int64_t N = 4, V = 9;
+  auto logits = randn(N * V, 5);
+  std::vector<int32_t> tgt = {3, kIgnoreIndex, 0, 8};
+  std::vector<float> dl = {0.5f, 0.5f, -1.0f, 2.0f}, losses(N), lse(N), d(N * V);
+  crossentropy_forward(losses.data(), lse.data(), logits.data(), tgt.data(), N, V);
+  crossentropy_backward(d.data(), dl.data(), logits.data(), lse.data(), tgt.data(), N, V);
+  auto loss = [&] {
+    std::vector<float> l(N);
+    crossentropy_forward(l.data(), nullptr, logits.data(), tgt.data(), N, V);
+    return testing::dot(dl, l);
+  };
+  EXPECT_TRUE(grad_check(logits, d, loss, 1e-2f, 1e-3, 1e-2, 100));
+  tgt[2] = 9;
+  EXPECT_THROW(crossentropy_forward(losses.data(), lse.data(), logits.data(), tgt.data(), N, V), InputError);
+  tgt[2] = -2;
+  EXPECT_THROW(crossentropy_forward(losses.data(), lse.data(), logits.data(), tgt.data(), N, V), InputError);
+}
+
+}  // namespace
+}  // namespace paratrain::kernels::cpu
