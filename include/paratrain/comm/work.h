@@ -1,0 +1,61 @@
+// Work: the handle of one asynchronous communication call (like c10d's Work).
+//
+// Every ProcessGroup call returns a Work at once; the operation runs on the group's
+// background thread, in the order the calls were made. wait() blocks until it has finished
+// and rethrows its failure (CommError, TimeoutError, ...); is_completed() polls. A Work
+// whose wait() is called before the background thread picked it up may run on the waiting
+// thread itself (in the same order), which saves a thread hand-off for small messages.
+//
+// Thread-safety: all methods may be called from any thread. Lifetime: the buffers passed to
+// the call must stay valid and untouched until the Work is completed; the Work keeps no
+// reference to its group, and a group's destructor completes (or fails) all its Works.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace paratrain::comm {
+
+class Work {
+ public:
+  explicit Work(std::string description) : description_(std::move(description)) {}
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+  virtual ~Work() = default;
+
+  // True once the operation finished, successfully or not.
+  bool is_completed() const { return done_.load(std::memory_order_acquire); }
+  // Waits until the operation finished and rethrows its failure. A positive timeout bounds
+  // the wait itself (TimeoutError naming the operation); zero waits for the operation's own
+  // deadline, which every operation has.
+  void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  // The failure, or nullptr (also nullptr while running).
+  std::exception_ptr error() const;
+  // The failure's message, or "".
+  std::string error_message() const;
+  // "allreduce #12 f32 x 1024 (4096 bytes)".
+  const std::string& description() const { return description_; }
+
+  // ---- for backends ----
+  void finish(std::exception_ptr error = nullptr);
+  // Called by wait() before blocking: lets the backend run queued work on this thread.
+  void set_helper(std::function<void(Work*)> helper) { helper_ = std::move(helper); }
+
+ private:
+  std::string description_;
+  std::atomic<bool> done_{false};
+  std::exception_ptr error_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<void(Work*)> helper_;
+};
+
+using WorkPtr = std::shared_ptr<Work>;
+
+}  // namespace paratrain::comm

@@ -1,0 +1,86 @@
+// Group construction: the environment contract (DESIGN.md) and the backend choice.
+#include "comm/transport_process_group.h"
+#include "paratrain/base/env.h"
+#if PARATRAIN_HAVE_MPI
+#include "comm/backends/mpi/mpi_process_group.h"
+#endif
+
+namespace paratrain::comm {
+
+JobEnv read_job_env() {
+  JobEnv e;
+  auto first = [](std::initializer_list<const char*> names) -> std::optional<int64_t> {
+    for (const char* n : names)
+      if (auto v = env::raw_int(n)) return v;
+    return std::nullopt;
+  };
+  e.under_mpi = env::raw("OMPI_COMM_WORLD_RANK").has_value() || env::raw("PMI_RANK").has_value();
+  if (env::raw("RANK")) e.source = "torchrun";
+  else if (env::raw("OMPI_COMM_WORLD_RANK")) e.source = "openmpi";
+  else if (env::raw("PMI_RANK")) e.source = "pmi";
+  else if (env::raw("SLURM_PROCID")) e.source = "slurm";
+  else e.source = "default";
+  e.rank = static_cast<int>(first({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}).value_or(0));
+  e.world_size = static_cast<int>(first({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}).value_or(1));
+  e.local_rank = static_cast<int>(
+      first({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}).value_or(e.rank));
+  e.local_world_size = static_cast<int>(
+      first({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}).value_or(e.world_size));
+  if (auto a = env::raw("MASTER_ADDR")) e.master_addr = *a;
+  e.master_port = static_cast<int>(env::raw_int("MASTER_PORT").value_or(0));
+  e.token = env::get_string("PARATRAIN_TOKEN");
+  if (e.world_size < 1) PT_THROW(InputError, "WORLD_SIZE=", e.world_size, " must be at least 1");
+  if (e.rank < 0 || e.rank >= e.world_size)
+    PT_THROW(InputError, "RANK=", e.rank, " is outside WORLD_SIZE=", e.world_size);
+  return e;
+}
+
+std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank, int size,
+                                                   const ProcessGroupOptions& options) {
+  ProcessGroupOptions o = resolve_options(options);
+  bool use_mpi = o.backend == "mpi";
+  if (o.backend == "auto" && read_job_env().under_mpi && !store) use_mpi = true;
+  if (use_mpi) {
+#if PARATRAIN_HAVE_MPI
+    return mpi::create_mpi_process_group(o);
+#else
+    PT_THROW(InputError, "backend mpi: paratrain was built without MPI");
+#endif
+  }
+  if (!store) PT_THROW(InputError, "create_process_group: backend ", o.backend, " needs a store");
+  return std::make_shared<TransportProcessGroup>(std::make_shared<PrefixStore>("pg", std::move(store)), rank, size, o);
+}
+
+std::shared_ptr<ProcessGroup> create_process_group_from_env(const ProcessGroupOptions& options) {
+  ProcessGroupOptions o = resolve_options(options);
+  JobEnv e = read_job_env();
+  bool torchrun_vars = env::raw("MASTER_PORT").has_value();
+  if (o.backend == "mpi" || (o.backend == "auto" && e.under_mpi && !torchrun_vars)) {
+#if PARATRAIN_HAVE_MPI
+    return mpi::create_mpi_process_group(o);
+#else
+    PT_THROW(InputError, "backend mpi: paratrain was built without MPI");
+#endif
+  }
+  if (e.world_size == 1 && e.master_port == 0) {
+    auto store = std::make_shared<HashStore>();
+    return std::make_shared<TransportProcessGroup>(std::make_shared<PrefixStore>("pg", store), 0, 1, o);
+  }
+  if (e.master_port == 0)
+    PT_THROW(InputError, "MASTER_PORT is not set (needed with WORLD_SIZE=", e.world_size,
+             "; or start the ranks with `paratrain launch` or mpirun)");
+  std::shared_ptr<TcpStoreServer> server;
+  if (e.rank == 0 && !env::get_bool("PARATRAIN_STORE_EXTERNAL"))
+    server = std::make_shared<TcpStoreServer>("", e.master_port, e.token);
+  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  auto store = std::make_shared<TcpStore>(e.master_addr, e.master_port, e.token, timeout, timeout);
+  auto pg = std::make_shared<TransportProcessGroup>(std::make_shared<PrefixStore>("pg", store), e.rank,
+                                                    e.world_size, o);
+  pg->hold(store);
+  if (server) {
+    pg->hold(server);
+  }
+  return pg;
+}
+
+}  // namespace paratrain::comm

@@ -1,0 +1,270 @@
+#include "comm/transport/tcp/tcp_transport.h"
+
+#include <sys/random.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "comm/net/socket.h"
+#include "paratrain/base/env.h"
+
+namespace paratrain::comm::tcp {
+namespace {
+
+constexpr uint32_t kHelloMagic = 0x50544350;  // "PTCP"
+
+struct Hello {
+  uint32_t magic;
+  int32_t rank;
+  int32_t stream;
+  char cookie[16];
+};
+
+bool send_all(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t w = ::send(fd, c, n, MSG_NOSIGNAL);
+    if (w <= 0) {
+      if (w < 0 && errno == EINTR) continue;
+      return false;
+    }
+    c += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool recv_all(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    ssize_t r = ::recv(fd, c, n, 0);
+    if (r <= 0) {
+      if (r < 0 && errno == EINTR) continue;
+      return false;
+    }
+    c += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+}  // namespace
+
+class TcpPair : public Pair {
+ public:
+  TcpPair(int peer, const TcpConfig& cfg, std::vector<net::Socket> socks)
+      : peer_(peer), cfg_(cfg), socks_(std::move(socks)) {
+    K_ = cfg.slots;
+    send_buf_.resize(K_ * cfg.slot_bytes);
+    recv_buf_.resize(K_ * cfg.slot_bytes);
+    send_len_.assign(K_, 0);
+    send_done_.assign(K_, 0);
+    recv_len_.assign(K_, 0);
+    recv_ready_.assign(K_, 0);
+    for (size_t s = 0; s < socks_.size(); ++s) {
+      threads_.emplace_back([this, s] { sender(s); });
+      threads_.emplace_back([this, s] { receiver(s); });
+    }
+  }
+  ~TcpPair() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& s : socks_) s.shutdown();
+    for (auto& t : threads_) t.join();
+  }
+  int peer() const override { return peer_; }
+  size_t slot_bytes() const override { return cfg_.slot_bytes; }
+
+  void* send_begin(const Deadline& deadline) override {
+    std::unique_lock<std::mutex> l(mu_);
+    size_t slot = head_ % K_;
+    wait(l, deadline, "send slot to", [&] { return head_ < K_ || send_done_[slot] >= head_ - K_ + 1; });
+    return send_buf_.data() + slot * cfg_.slot_bytes;
+  }
+  void send_end(size_t bytes) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      send_len_[head_ % K_] = bytes;
+      ++head_;
+    }
+    cv_.notify_all();
+  }
+  const void* recv_begin(size_t* bytes, const Deadline& deadline) override {
+    std::unique_lock<std::mutex> l(mu_);
+    size_t slot = tail_ % K_;
+    wait(l, deadline, "data from", [&] { return recv_ready_[slot] == tail_ + 1; }, true);
+    *bytes = recv_len_[slot];
+    return recv_buf_.data() + slot * cfg_.slot_bytes;
+  }
+  void recv_end() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      ++tail_;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  template <typename Pred>
+  void wait(std::unique_lock<std::mutex>& l, const Deadline& deadline, const char* what, Pred ready,
+            bool data_first = false) {
+    for (;;) {
+      if (ready()) return;
+      if (!failure_.empty()) throw PeerFailure(peer_, failure_);
+      if (stop_) throw PeerFailure(peer_, "transport closed");
+      if (deadline.expired()) throw PeerTimeout(peer_, detail::concat("timed out waiting for ", what, " rank ", peer_));
+      cv_.wait_for(l, std::chrono::milliseconds(std::min<int64_t>(50, deadline.remaining_ms() + 1)));
+    }
+  }
+  void fail(const std::string& why) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (failure_.empty() && !stop_) failure_ = why;
+    }
+    cv_.notify_all();
+  }
+  void sender(size_t s) {
+    size_t S = socks_.size();
+    for (size_t seq = s;; seq += S) {
+      size_t slot = seq % K_;
+      uint32_t len;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || !failure_.empty() || head_ > seq; });
+        if (stop_ || !failure_.empty()) return;
+        len = static_cast<uint32_t>(send_len_[slot]);
+      }
+      if (!send_all(socks_[s].fd(), &len, 4) || !send_all(socks_[s].fd(), send_buf_.data() + slot * cfg_.slot_bytes, len)) {
+        fail(detail::concat("connection to rank ", peer_, " lost while sending (rank ", peer_, " died or left)"));
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        send_done_[slot] = seq + 1;
+      }
+      cv_.notify_all();
+    }
+  }
+  void receiver(size_t s) {
+    size_t S = socks_.size();
+    for (size_t seq = s;; seq += S) {
+      size_t slot = seq % K_;
+      uint32_t len;
+      if (!recv_all(socks_[s].fd(), &len, 4)) {
+        fail(detail::concat("connection to rank ", peer_, " closed (rank ", peer_, " died or left the group)"));
+        return;
+      }
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || seq < tail_ + K_; });
+        if (stop_) return;
+      }
+      if (len > cfg_.slot_bytes || !recv_all(socks_[s].fd(), recv_buf_.data() + slot * cfg_.slot_bytes, len)) {
+        fail(detail::concat("connection to rank ", peer_, " closed mid-message (rank ", peer_, " died?)"));
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        recv_len_[slot] = len;
+        recv_ready_[slot] = seq + 1;
+      }
+      cv_.notify_all();
+    }
+  }
+
+  int peer_;
+  TcpConfig cfg_;
+  std::vector<net::Socket> socks_;
+  size_t K_;
+  std::vector<char> send_buf_, recv_buf_;
+  std::vector<size_t> send_len_, send_done_, recv_len_, recv_ready_;
+  size_t head_ = 0, tail_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::string failure_;
+  std::vector<std::thread> threads_;
+};
+
+struct TcpDomain::Impl {
+  std::vector<std::unique_ptr<TcpPair>> pairs;
+};
+
+TcpDomain::TcpDomain(Store& store, int rank, int size, const std::vector<int>& peers, const TcpConfig& config,
+                     const Deadline& deadline)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->pairs.resize(size);
+  if (peers.empty()) return;
+  TcpConfig cfg = config;
+  cfg.streams = std::max(1, std::min(cfg.streams, 16));
+  net::Socket listener = net::listen_tcp("", 0);
+  char cookie[16];
+  while (::getrandom(cookie, sizeof(cookie), 0) != sizeof(cookie)) {}
+  std::string cookie_hex;
+  for (char c : cookie) {
+    static const char* kHex = "0123456789abcdef";
+    cookie_hex += kHex[uint8_t(c) >> 4];
+    cookie_hex += kHex[uint8_t(c) & 15];
+  }
+  std::string addr = env::get_string("PARATRAIN_TCP_ADDR");
+  if (addr.empty()) addr = net::host_address();
+  store.set("tcp/" + std::to_string(rank),
+            detail::concat(addr, " ", net::local_port(listener), " ", cookie_hex));
+  std::vector<std::vector<net::Socket>> socks(size);
+  // Connect to lower ranks.
+  for (int p : peers) {
+    if (p > rank) continue;
+    std::istringstream is(store.get("tcp/" + std::to_string(p)));
+    std::string host, phex;
+    int port;
+    is >> host >> port >> phex;
+    for (int s = 0; s < cfg.streams; ++s) {
+      net::Socket sock = net::connect_tcp(host, port, deadline);
+      net::tune_socket(sock.fd(), true, 4 << 20);
+      Hello h{kHelloMagic, rank, s, {}};
+      for (int i = 0; i < 16; ++i) h.cookie[i] = static_cast<char>(std::stoi(phex.substr(2 * i, 2), nullptr, 16));
+      net::write_full(sock.fd(), &h, sizeof(h), deadline, detail::concat("rank ", p));
+      socks[p].push_back(std::move(sock));
+    }
+  }
+  // Accept from higher ranks.
+  size_t expected = 0;
+  for (int p : peers)
+    if (p > rank) expected += static_cast<size_t>(cfg.streams);
+  std::vector<std::vector<net::Socket>> by_stream(size);
+  for (int p : peers)
+    if (p > rank) by_stream[p].resize(cfg.streams);
+  size_t got = 0;
+  while (got < expected) {
+    net::Socket sock = net::accept_tcp(listener, deadline);
+    Hello h{};
+    try {
+      net::read_full(sock.fd(), &h, sizeof(h), Deadline::after_seconds(10).earlier(deadline), "connecting peer");
+    } catch (const Error&) {
+      continue;
+    }
+    if (h.magic != kHelloMagic || std::memcmp(h.cookie, cookie, 16) != 0 || h.rank <= rank || h.rank >= size ||
+        h.stream < 0 || h.stream >= cfg.streams || by_stream[h.rank][h.stream].valid())
+      continue;  // not one of ours: drop it
+    net::tune_socket(sock.fd(), true, 4 << 20);
+    by_stream[h.rank][h.stream] = std::move(sock);
+    ++got;
+  }
+  for (int p : peers)
+    if (p > rank) socks[p] = std::move(by_stream[p]);
+  for (int p : peers) impl_->pairs[p] = std::make_unique<TcpPair>(p, cfg, std::move(socks[p]));
+}
+
+TcpDomain::~TcpDomain() = default;
+
+Pair* TcpDomain::pair(int peer) { return impl_->pairs[peer].get(); }
+
+}  // namespace paratrain::comm::tcp

@@ -1,0 +1,45 @@
+// tcp: pairs between any two hosts over TCP, with several connections (streams) per pair.
+//
+// Segment i of a pair travels on stream i mod S (PARATRAIN_TCP_STREAMS), so S segments are
+// on the wire at once; the receiver puts each segment into its slot by sequence number, so
+// the pair stays an ordered channel. Each stream has a sender and a receiver thread; the
+// algorithm thread only fills and drains slots. The rank with the higher number connects
+// to the lower one, which listens on an ephemeral port published in the store together
+// with a random cookie that the connecting side must echo (the store itself is token-
+// authenticated). Binding to all interfaces and connecting to the published address works
+// between network namespaces as long as the address is routable.
+//
+// Liveness: a peer that dies closes its sockets (the kernel does it on SIGKILL), so the
+// receiver sees EOF and every waiter fails with PeerFailure naming the rank.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/transport/transport.h"
+#include "paratrain/comm/store.h"
+
+namespace paratrain::comm::tcp {
+
+struct TcpConfig {
+  int streams = 2;
+  size_t slot_bytes = 512u << 10;
+  size_t slots = 8;
+};
+
+class TcpDomain {
+ public:
+  TcpDomain(Store& store, int rank, int size, const std::vector<int>& peers, const TcpConfig& config,
+            const Deadline& deadline);
+  ~TcpDomain();
+  TcpDomain(const TcpDomain&) = delete;
+  TcpDomain& operator=(const TcpDomain&) = delete;
+  Pair* pair(int peer);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace paratrain::comm::tcp

@@ -1,0 +1,56 @@
+#include "paratrain/comm/work.h"
+
+#include <immintrin.h>
+
+#include "paratrain/base/error.h"
+
+namespace paratrain::comm {
+
+void Work::finish(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    error_ = error;
+    done_.store(true, std::memory_order_release);
+  }
+  cv_.notify_all();
+}
+
+void Work::wait(std::chrono::milliseconds timeout) {
+  if (!is_completed() && helper_) helper_(this);
+  for (int i = 0; i < 2000 && !is_completed(); ++i) _mm_pause();
+  if (!is_completed()) {
+    std::unique_lock<std::mutex> l(mu_);
+    if (timeout.count() > 0) {
+      if (!cv_.wait_for(l, timeout, [&] { return is_completed(); }))
+        PT_THROW(TimeoutError, description_, " did not complete within ", timeout.count(), " ms");
+    } else {
+      // The operation has its own deadline; it always finishes.
+      cv_.wait(l, [&] { return is_completed(); });
+    }
+  }
+  std::exception_ptr e;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    e = error_;
+  }
+  if (e) std::rethrow_exception(e);
+}
+
+std::exception_ptr Work::error() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return error_;
+}
+
+std::string Work::error_message() const {
+  std::exception_ptr e = error();
+  if (!e) return "";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+}  // namespace paratrain::comm
