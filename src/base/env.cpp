@@ -17,6 +17,8 @@ const std::vector<VarInfo>& declared() {
       {"PARATRAIN_SHM_STAGING_BYTES", "4194304", "shared-memory staging area per peer pair, bytes"},
       {"PARATRAIN_TCP_STREAMS", "2", "TCP connections per peer pair"},
       {"PARATRAIN_SEGMENT_BYTES", "0", "ring segment size in bytes (0 = automatic)"},
+      {"PARATRAIN_TCP_ADDR", "", "address this rank advertises for tcp connections (default: first non-loopback IPv4)"},
+      {"PARATRAIN_STORE_EXTERNAL", "0", "1 = the store is hosted by the launcher; rank 0 does not start one"},
       {"PARATRAIN_LOG", "info", "log level: debug|info|warn|error"},
   };
   return vars;
