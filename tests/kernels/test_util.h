@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "paratrain/base/error.h"
+#include "paratrain/kernels/cpu/threads.h"
 
 #include <cmath>
 #include <cstdint>
@@ -63,6 +64,13 @@ inline ::testing::AssertionResult grad_check(std::vector<float>& x,
                                              double atol, double rtol, size_t max_checks = 40) {
   if (x.size() != analytic.size()) return ::testing::AssertionFailure() << "size mismatch";
   size_t step = std::max<size_t>(1, x.size() / max_checks);
+  // Many tiny forward calls: one thread keeps them fast on a loaded machine.
+  const int saved_threads = num_threads();
+  set_num_threads(1);
+  struct Restore {
+    int n;
+    ~Restore() { set_num_threads(n); }
+  } restore{saved_threads};
   for (size_t i = 0; i < x.size(); i += step) {
     const float orig = x[i];
     x[i] = orig + eps;
