@@ -19,6 +19,7 @@
 // (base/atomic_file.h). Duplicate or empty names are an InputError.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -57,15 +58,20 @@ SafetensorsFile read_safetensors(const std::string& path);
 // Reads tensors only.
 std::map<std::string, Tensor> load_safetensors(const std::string& path);
 
+// Named tensors in file order.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
 // Writes `tensors` in the given order.
-void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                      const Metadata& metadata = {});
-// Writes `tensors` sorted by name.
-void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
-                      const Metadata& metadata = {});
+void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
+// Writes a std::map of tensors, i.e. sorted by name. (A template so that a braced list
+// `save_safetensors(p, {{"a", t}})` unambiguously means the ordered form above.)
+template <typename Map>
+  requires std::same_as<Map, std::map<std::string, Tensor>>
+void save_safetensors(const std::string& path, const Map& tensors, const Metadata& metadata = {}) {
+  save_safetensors(path, NamedTensors(tensors.begin(), tensors.end()), metadata);
+}
 
 // The bytes of a safetensors file (what save_safetensors writes), for tests and streaming.
-std::string serialize_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
-                                  const Metadata& metadata = {});
+std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata = {});
 
 }  // namespace paratrain::checkpoint
