@@ -59,6 +59,7 @@ std::vector<std::string> build_child_env(const std::vector<std::string>& base,
   set("TORCHELASTIC_MAX_RESTARTS", std::to_string(job.max_restarts));
   set("TORCHELASTIC_RUN_ID", job.run_id);
   set("TORCHELASTIC_USE_AGENT_STORE", "True");
+  set("PARATRAIN_STORE_EXTERNAL", "1");  // comm: rank 0 joins the launcher's store, hosts none
   set_if_unset("OMP_NUM_THREADS", std::to_string(job.omp_threads));
   set_if_unset("PARATRAIN_THREADS", std::to_string(job.paratrain_threads));
   std::vector<std::string> out;

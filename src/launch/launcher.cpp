@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "paratrain/base/env.h"
 #include "paratrain/base/error.h"
@@ -190,26 +191,37 @@ int Launcher::run() {
   const std::string host = host_name();
   const int threads = threads_per_rank(usable_cpu_count(), nproc);
 
-  // ---- node 0 hosts the job's store on MASTER_PORT (all interfaces)
-  std::unique_ptr<comm::TcpStoreServer> server;
+  // ---- node 0 hosts the ranks' store on MASTER_PORT (all interfaces), made fresh for
+  // every attempt, and on a multi-node job the launchers' own rendezvous store on
+  // MASTER_PORT+1 (it lives as long as the job).
+  std::unique_ptr<comm::TcpStoreServer> ranks_server, rdzv_server;
   int port = o.master_port;
   if (o.node_rank == 0) {
     try {
-      server = std::make_unique<comm::TcpStoreServer>("", port < 0 ? 0 : port, token);
+      ranks_server = std::make_unique<comm::TcpStoreServer>("", port < 0 ? 0 : port, token);
     } catch (const Error& e) {
       PT_THROW(InputError, "launch: --master-port ", port, " cannot be used on this host (", e.what(), ")");
     }
-    port = server->port();
+    port = ranks_server->port();
+    if (o.nnodes > 1) {
+      if (port >= 65535) PT_THROW(InputError, "launch: --master-port must be below 65535 on a multi-node job");
+      try {
+        rdzv_server = std::make_unique<comm::TcpStoreServer>("", port + 1, token);
+      } catch (const Error& e) {
+        PT_THROW(InputError, "launch: port ", port + 1, " (--master-port + 1, the launchers' rendezvous) cannot be used on this host (",
+                 e.what(), ")");
+      }
+    }
   }
-  const std::string where = o.master_addr + ":" + std::to_string(port);
-  const std::string run_id = where;
+  const std::string where = o.master_addr + ":" + std::to_string(port + 1);
+  const std::string run_id = o.master_addr + ":" + std::to_string(port);
 
   std::shared_ptr<comm::Store> store;
   std::unique_ptr<NodeRendezvous> rdzv;
   if (o.nnodes > 1) {
     try {
       store = std::make_shared<comm::TcpStore>(
-          o.node_rank == 0 ? std::string("127.0.0.1") : o.master_addr, port, token,
+          o.node_rank == 0 ? std::string("127.0.0.1") : o.master_addr, port + 1, token,
           std::chrono::milliseconds(static_cast<int64_t>(kStoreOpTimeoutS * 1000)),
           std::chrono::milliseconds(static_cast<int64_t>(o.rdzv_timeout_s * 1000)));
     } catch (const TimeoutError& e) {
@@ -226,6 +238,22 @@ int Launcher::run() {
   report_ = LaunchReport{};
 
   for (int attempt = 0;; ++attempt) {
+    // ---- (0) a fresh store for the ranks: nothing of the last attempt's keys survives
+    // (every rank of every node has exited by now).
+    if (attempt > 0 && ranks_server) {
+      ranks_server.reset();
+      auto until = Clock::now() + std::chrono::seconds(5);
+      while (!ranks_server) {
+        try {
+          ranks_server = std::make_unique<comm::TcpStoreServer>("", port, token);
+        } catch (const Error& e) {
+          if (Clock::now() >= until)
+            PT_THROW(IoError, "launch: cannot host the ranks' store again on port ", port, " for restart ", attempt,
+                     ": ", e.what());
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      }
+    }
     // ---- (1) meet
     RoundInfo round;
     if (rdzv) {

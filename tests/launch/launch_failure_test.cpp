@@ -170,9 +170,13 @@ TEST(LaunchFailure, RestartSucceedsOnTheSecondAttempt) {
   }
   EXPECT_EQ(tokens.size(), 1u);
   EXPECT_EQ(second, 2);
-  // Each attempt met in the store again (keys under /worker/attempt_<k>).
+  // Each attempt met in a fresh store: arrivals count 1..2 again, never 3 or 4.
   int store_ok = 0;
-  for (auto& l : lines_with(r.out, "[")) store_ok += l.find("STORE_OK world=2") != std::string::npos;
+  for (auto& l : lines_with(r.out, "[")) {
+    store_ok += l.find("STORE_OK world=2") != std::string::npos;
+    EXPECT_EQ(l.find("arrived_at=3"), std::string::npos) << l;
+    EXPECT_EQ(l.find("arrived_at=4"), std::string::npos) << l;
+  }
   EXPECT_EQ(store_ok, 4) << r.out;
   std::ifstream f(dir + "/rank_1.log");
   std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

@@ -59,6 +59,7 @@ TEST_P(LaunchJob, EveryRankGetsEveryVariableAndMeetsInTheStore) {
     EXPECT_EQ(v["TORCHELASTIC_RESTART_COUNT"], "0");
     EXPECT_EQ(v["TORCHELASTIC_MAX_RESTARTS"], "0");
     EXPECT_EQ(v["TORCHELASTIC_USE_AGENT_STORE"], "True");
+    EXPECT_EQ(v["PARATRAIN_STORE_EXTERNAL"], "1");
     EXPECT_EQ(v["OMP_NUM_THREADS"], std::to_string(threads));
     EXPECT_EQ(v["PARATRAIN_THREADS"], std::to_string(threads));
     EXPECT_EQ(v["OMPI_COMM_WORLD_RANK"], "<unset>");
@@ -80,6 +81,29 @@ TEST_P(LaunchJob, EveryRankGetsEveryVariableAndMeetsInTheStore) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, LaunchJob, ::testing::Values(1, 2, 4));
+
+TEST_P(LaunchJob, CommProcessGroupJoinsTheLaunchersStore) {
+  const int n = GetParam();
+  auto r = run({kLauncher, "--nproc-per-node", std::to_string(n), "--", std::string(PARATRAIN_TEST_BIN_DIR) + "/pg_helper"},
+               60);
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  const int sum = n * (n + 1) / 2;
+  for (int rank = 0; rank < n; ++rank)
+    EXPECT_EQ(lines_with(r.out, "[" + std::to_string(rank) + "] PG_OK rank=" + std::to_string(rank) + " size=" +
+                                    std::to_string(n) + " sum=" + std::to_string(sum))
+                  .size(),
+              1u)
+        << r.out << r.err;
+}
+
+TEST(LaunchJobs, CommProcessGroupAfterARestart) {
+  auto r = run({kLauncher, "--nproc-per-node", "2", "--max-restarts", "1", "--",
+                std::string(PARATRAIN_TEST_BIN_DIR) + "/pg_helper", "--fail-first-attempt", "1"},
+               60);
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(lines_with(r.out, "[0] PG_OK rank=0 size=2 sum=3").size(), 2u) << r.out << r.err;
+  EXPECT_NE(r.err.find("restarts used: 1 of 1"), std::string::npos) << r.err;
+}
 
 TEST(LaunchJobs, FreshTokenPerJobUnlessGiven) {
   auto a = run({kLauncher, "--", kRank, "--env"}, 20, {"PARATRAIN_TOKEN="});

@@ -133,6 +133,7 @@ TEST(LaunchChildEnv, SetsTorchrunVariablesAndDropsMpiOnes) {
   EXPECT_EQ(m["TORCHELASTIC_RESTART_COUNT"], "2");
   EXPECT_EQ(m["TORCHELASTIC_MAX_RESTARTS"], "3");
   EXPECT_EQ(m["TORCHELASTIC_USE_AGENT_STORE"], "True");
+  EXPECT_EQ(m["PARATRAIN_STORE_EXTERNAL"], "1");
   EXPECT_EQ(m["OMP_NUM_THREADS"], "7");  // the caller's choice is kept
   EXPECT_EQ(m["PARATRAIN_THREADS"], "3");
   EXPECT_EQ(m["PATH"], "/bin");

@@ -2,8 +2,8 @@
 //   --pid-dir D           write getpid() to D/rank_<RANK>.pid
 //   --env                 print the launcher's variables as KEY=VALUE lines on stdout
 //   --store               meet the other ranks through the launcher's store (MASTER_ADDR,
-//                         MASTER_PORT, PARATRAIN_TOKEN, keys under /worker/attempt_<k>),
-//                         then print STORE_OK world=<n>
+//                         MASTER_PORT, PARATRAIN_TOKEN), then print
+//                         STORE_OK world=<n> arrived_at=<i> (i counts arrivals in this store)
 //   --lines N             print N lines "line <i> of rank <RANK> ..." on stdout
 //   --stderr TEXT         print TEXT on stderr
 //   --ignore-term         ignore SIGTERM
@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
     static const char* kVars[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                                   "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
                                   "MASTER_PORT", "PARATRAIN_TOKEN", "TORCHELASTIC_RESTART_COUNT",
-                                  "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
+                                  "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "PARATRAIN_STORE_EXTERNAL",
                                   "OMP_NUM_THREADS", "PARATRAIN_THREADS", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
                                   "PMI_RANK"};
     std::string out;
@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
       auto base = std::make_shared<paratrain::comm::TcpStore>(env_or("MASTER_ADDR"), std::atoi(env_or("MASTER_PORT").c_str()),
                                                               env_or("PARATRAIN_TOKEN"), std::chrono::milliseconds(20000),
                                                               std::chrono::milliseconds(20000));
-      paratrain::comm::PrefixStore store("/worker/attempt_" + env_or("TORCHELASTIC_RESTART_COUNT"), base);
+      // No per-attempt prefix: the launcher's store is fresh for every attempt.
+      paratrain::comm::PrefixStore store("helper", base);
       int world = std::atoi(env_or("WORLD_SIZE").c_str());
       store.set("rank/" + std::to_string(rank), std::to_string(::getpid()));
       int64_t n = store.add("arrived", 1);

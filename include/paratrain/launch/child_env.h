@@ -7,8 +7,9 @@
 // RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK,
 // ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT, PARATRAIN_TOKEN,
 // TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID,
-// TORCHELASTIC_USE_AGENT_STORE=True (the launcher hosts the store on MASTER_PORT; ranks
-// connect to it as clients, with keys of attempt k under "/worker/attempt_k"),
+// TORCHELASTIC_USE_AGENT_STORE=True and PARATRAIN_STORE_EXTERNAL=1 (the launcher hosts the
+// ranks' store on MASTER_PORT, fresh for every attempt; ranks connect to it as clients and
+// rank 0 hosts none),
 // OMP_NUM_THREADS and PARATRAIN_THREADS (each kept when the launcher's caller set it).
 //
 // Thread-safety: a pure function of its arguments.

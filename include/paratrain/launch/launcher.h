@@ -2,8 +2,10 @@
 // (docs/launch.md). The engine behind `paratrain launch`.
 //
 // Launcher::run() checks what can be checked before any child starts (the program exists
-// and is executable, node 0's port is free; InputError otherwise), hosts the job's
-// TcpStoreServer on node 0 at MASTER_PORT, meets the other nodes there, then for each
+// and is executable, node 0's ports are free; InputError otherwise), hosts the ranks'
+// TcpStoreServer on node 0 at MASTER_PORT (a fresh one for every attempt) and, on a
+// multi-node job, the launchers' rendezvous store at MASTER_PORT+1, meets the other nodes
+// there, then for each
 // attempt starts nproc_per_node children (spawn_child) and supervises them in one poll
 // loop on the calling thread: output is cut into prefixed lines, exits are reaped, and
 // SIGINT/SIGTERM/SIGHUP received by the launcher are forwarded to every child. The first

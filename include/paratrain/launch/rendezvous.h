@@ -1,8 +1,9 @@
 // How the launchers of a multi-node job meet and agree, through the job's Store
 // (docs/launch.md, "Rendezvous").
 //
-// Node 0's launcher hosts the store; every launcher (node 0 included) is a client. All keys
-// live under "launch/<attempt>/", so every restart is a fresh round in the same store:
+// Node 0's launcher hosts this store on MASTER_PORT+1 (the ranks' own store, on MASTER_PORT,
+// is another one, made fresh for every attempt); every launcher, node 0's included, is a
+// client. All keys live under "launch/<attempt>/", so every restart is a fresh round:
 //   node/<r>      "<nproc>\t<host>"   node r joined round <attempt>
 //   failed        first failure of the round (compare_set: the first writer wins)
 //   hb/<r>        counter bumped by node r's launcher about once a second
