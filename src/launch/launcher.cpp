@@ -257,10 +257,17 @@ int Launcher::run() {
     // ---- (1) meet
     RoundInfo round;
     if (rdzv) {
-      round = rdzv->join(attempt, nproc, host, o.rdzv_timeout_s, [&] {
-        signals.drain();
-        return signals.interrupt() != 0;
-      });
+      try {
+        round = rdzv->join(attempt, nproc, host, o.rdzv_timeout_s, [&] {
+          signals.drain();
+          return signals.interrupt() != 0;
+        });
+      } catch (const Error&) {
+        if (signals.interrupt() == 0) throw;
+        say("received " + signal_name(signals.interrupt()) + " during the rendezvous; no rank was started");
+        report_.exit_code = 128 + signals.interrupt();
+        return report_.exit_code;
+      }
     } else {
       round.attempt = attempt;
       round.nodes = {NodeInfo{0, nproc, host}};
@@ -552,8 +559,11 @@ std::string format_summary(const LaunchReport& report, int max_restarts) {
     std::string last = r.stderr_tail.empty() ? "" : r.stderr_tail.back();
     if (last.size() > 60) last = last.substr(0, 57) + "...";
     std::string host = r.host.size() > 16 ? r.host.substr(0, 16) : r.host;
-    s += fmt("  %-1s %-6d %-8d %-16s %-26s %-9s %s\n", r.rank == report.first_failed_rank ? "*" : " ", r.rank,
-             static_cast<int>(r.pid), host.c_str(), result.c_str(), fmt("%.2fs", r.run_s).c_str(), last.c_str());
+    std::string row = fmt("  %-1s %-6d %-8d %-16s %-26s %-9s %s", r.rank == report.first_failed_rank ? "*" : " ",
+                          r.rank, static_cast<int>(r.pid), host.c_str(), result.c_str(),
+                          fmt("%.2fs", r.run_s).c_str(), last.c_str());
+    while (!row.empty() && row.back() == ' ') row.pop_back();
+    s += row + "\n";
   }
   for (const RankReport& r : report.ranks) {
     if (r.rank != report.first_failed_rank || r.stderr_tail.empty()) continue;
