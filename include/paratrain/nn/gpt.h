@@ -1,0 +1,87 @@
+// GPT: the GPT-2 architecture with Hugging Face GPT-2 parameter names and shapes.
+//
+//   wte.weight [V,C], wpe.weight [T,C],
+//   h.{i}.ln_1.{weight,bias} [C], h.{i}.attn.c_attn.weight [C,3C] .bias [3C],
+//   h.{i}.attn.c_proj.weight [C,C] .bias [C], h.{i}.ln_2.{weight,bias} [C],
+//   h.{i}.mlp.c_fc.weight [C,4C] .bias [4C], h.{i}.mlp.c_proj.weight [4C,C] .bias [C],
+//   ln_f.{weight,bias} [C]; the LM head is tied to wte (logits = x @ wte^T).
+// Pre-LayerNorm blocks (eps 1e-5), GELU in its tanh form, causal attention scaled by
+// 1/sqrt(C/n_head), loss = mean cross-entropy over all B*T positions.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "paratrain/nn/layers.h"
+
+namespace paratrain::nn {
+
+struct GPTConfig {
+  int64_t n_layer = 2;
+  int64_t n_head = 2;
+  int64_t n_embd = 64;
+  int64_t block_size = 64;
+  int64_t vocab_size = 256;
+  float dropout = 0.0f;
+
+  // "gpt-nano", "gpt-mini", "gpt2-124m"; InputError for other names.
+  static GPTConfig preset(const std::string& name);
+  // InputError when a size is not positive or n_embd % n_head != 0.
+  void validate() const;
+  // Training FLOPs per token: 6 * (parameters in matmuls, LM head included)
+  // + 6 * n_layer * block_size * n_embd (attention scores and weighted sums, fwd + bwd).
+  double flops_per_token() const;
+};
+
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(const GPTConfig& cfg, Generator& gen);
+  Tensor forward(const Tensor& x) const;  // (B,T,C) -> (B,T,C)
+  std::shared_ptr<Linear> c_attn, c_proj;
+
+ private:
+  int64_t n_head_;
+};
+
+class GPTMLP : public Module {
+ public:
+  GPTMLP(const GPTConfig& cfg, Generator& gen);
+  Tensor forward(const Tensor& x) const;
+  std::shared_ptr<Linear> c_fc, c_proj;
+};
+
+class GPTBlock : public Module {
+ public:
+  GPTBlock(const GPTConfig& cfg, Generator& gen);
+  Tensor forward(const Tensor& x) const;
+  std::shared_ptr<LayerNorm> ln_1, ln_2;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<GPTMLP> mlp;
+  std::shared_ptr<Dropout> drop;
+};
+
+class GPT : public Module {
+ public:
+  // Initialised as GPT-2: N(0, 0.02) weights, c_proj weights N(0, 0.02/sqrt(2*n_layer)),
+  // zero biases, LayerNorm weight 1 and bias 0; all draws from Generator(seed).
+  GPT(const GPTConfig& cfg, uint64_t seed);
+  const GPTConfig& config() const { return cfg_; }
+
+  // tokens (B,T) i32 -> logits (B,T,V)
+  Tensor forward(const Tensor& tokens) const;
+  // Mean cross-entropy of next-token prediction; targets (B,T) i32 (-1 ignored).
+  Tensor loss(const Tensor& tokens, const Tensor& targets) const;
+  // The final hidden states (B,T,C), before the LM head.
+  Tensor hidden(const Tensor& tokens) const;
+
+  std::shared_ptr<Embedding> wte, wpe;
+  std::vector<std::shared_ptr<GPTBlock>> h;
+  std::shared_ptr<LayerNorm> ln_f;
+
+ private:
+  GPTConfig cfg_;
+  Generator gen_;
+};
+
+}  // namespace paratrain::nn

@@ -1,0 +1,64 @@
+// Module: a tree of layers owning parameters under stable dotted names.
+//
+// A parameter's name is its path in the tree ("h.0.attn.c_attn.weight"); names and order of
+// registration never depend on anything but the model's configuration, so every rank and
+// every run see the same list (data-parallel buckets and checkpoints rely on it).
+// Parameters are leaf Tensors with requires_grad; state_dict() returns them (sharing
+// storage) and load_state_dict() copies into them, checking names, shapes and dtypes.
+// Not thread-safe: one thread builds and trains a module.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "paratrain/tensor/tensor.h"
+
+namespace paratrain::nn {
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Every parameter of this module and its children, depth first in registration order.
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  int64_t num_parameters() const;
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // Drops every parameter's gradient (set_to_none) or zeroes it in place.
+  void zero_grad(bool set_to_none = true);
+
+  // name -> parameter, sharing storage.
+  std::map<std::string, Tensor> state_dict() const;
+  // Copies `state` into the parameters. A missing name, an unexpected name (when strict), a
+  // wrong shape or dtype throws InputError naming the tensor; nothing is changed then.
+  // Names may carry `strip_prefix` (e.g. "transformer.").
+  void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true,
+                       const std::string& strip_prefix = "");
+
+ protected:
+  Tensor& register_parameter(const std::string& name, Tensor t);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    children_.emplace_back(name, m);
+    return m;
+  }
+
+ private:
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
+
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+}  // namespace paratrain::nn

@@ -1,0 +1,95 @@
+// Optimizers with exactly torch.optim's semantics, LR schedules and global-norm clipping.
+//
+// An Optimizer holds named parameters (the Module's named_parameters()) and their state.
+// step() applies one update from each parameter's .grad (a parameter without a gradient is
+// skipped, as in PyTorch). Weight decay applies to parameters with dim >= 2 only when
+// decay_2d_only is set (GPT practice; DESIGN.md: "AdamW decays 2-D weights only").
+// state_dict()/load_state_dict() expose the state as named tensors ("<param>.exp_avg",
+// "<param>.exp_avg_sq", "<param>.momentum_buffer") plus the step count, for checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "paratrain/tensor/tensor.h"
+
+namespace paratrain::optim {
+
+using NamedParams = std::vector<std::pair<std::string, Tensor>>;
+
+class Optimizer {
+ public:
+  explicit Optimizer(NamedParams params) : params_(std::move(params)) {}
+  virtual ~Optimizer() = default;
+  virtual void step() = 0;
+  void set_lr(double lr) { lr_ = lr; }
+  double lr() const { return lr_; }
+  int64_t steps_taken() const { return step_; }
+  const NamedParams& params() const { return params_; }
+
+  virtual std::map<std::string, Tensor> state_dict() const = 0;
+  // InputError naming the tensor when a state tensor is missing or has the wrong shape.
+  virtual void load_state_dict(const std::map<std::string, Tensor>& state, int64_t steps_taken) = 0;
+
+ protected:
+  NamedParams params_;
+  double lr_ = 1e-3;
+  int64_t step_ = 0;
+};
+
+struct AdamWOptions {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+  bool decay_2d_only = true;
+};
+
+class AdamW final : public Optimizer {
+ public:
+  AdamW(NamedParams params, const AdamWOptions& opts);
+  void step() override;
+  std::map<std::string, Tensor> state_dict() const override;
+  void load_state_dict(const std::map<std::string, Tensor>& state, int64_t steps_taken) override;
+
+ private:
+  AdamWOptions opts_;
+  std::vector<Tensor> m_, v_;
+};
+
+struct SGDOptions {
+  double lr = 0.01, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+  bool decay_2d_only = false;
+};
+
+class SGD final : public Optimizer {
+ public:
+  SGD(NamedParams params, const SGDOptions& opts);
+  void step() override;
+  std::map<std::string, Tensor> state_dict() const override;
+  void load_state_dict(const std::map<std::string, Tensor>& state, int64_t steps_taken) override;
+
+ private:
+  SGDOptions opts_;
+  std::vector<Tensor> buf_;
+  std::vector<bool> has_buf_;
+};
+
+// Learning rate at optimizer step `step` (0-based): linear warm-up from lr/warmup to lr over
+// `warmup` steps, then constant or cosine decay to min_lr at `total` steps.
+struct LRSchedule {
+  enum class Kind { Constant, Cosine } kind = Kind::Constant;
+  double lr = 1e-3, min_lr = 0.0;
+  int64_t warmup = 0, total = 1;
+  double at(int64_t step) const;
+  static Kind parse(const std::string& name);  // "constant" | "cosine"; InputError otherwise
+};
+
+// The global L2 norm of the gradients (parameters without gradients count as zero).
+double grad_norm(const NamedParams& params);
+// Scales every gradient by min(1, max_norm / (norm + 1e-6)) when norm > max_norm, as
+// torch.nn.utils.clip_grad_norm_. Returns the norm before clipping.
+double clip_grad_norm(const NamedParams& params, double max_norm, double norm);
+
+}  // namespace paratrain::optim

@@ -1,0 +1,129 @@
+#include "paratrain/nn/gpt.h"
+
+#include <cmath>
+
+#include "paratrain/autograd/engine.h"
+#include "paratrain/autograd/ops.h"
+
+namespace paratrain::nn {
+
+GPTConfig GPTConfig::preset(const std::string& name) {
+  GPTConfig c;
+  if (name == "gpt-nano") {
+    c = {2, 2, 64, 64, 256, 0.0f};
+  } else if (name == "gpt-mini") {
+    c = {6, 6, 384, 256, 4096, 0.0f};
+  } else if (name == "gpt2-124m") {
+    c = {12, 12, 768, 1024, 50257, 0.0f};
+  } else if (name == "gpt") {
+    c = {2, 2, 64, 64, 256, 0.0f};
+  } else {
+    PT_THROW(InputError, "unknown GPT preset '", name, "' (expected gpt-nano, gpt-mini, gpt2-124m or gpt)");
+  }
+  return c;
+}
+
+void GPTConfig::validate() const {
+  if (n_layer <= 0 || n_head <= 0 || n_embd <= 0 || block_size <= 0 || vocab_size <= 0)
+    PT_THROW(InputError, "GPT sizes must be positive (n_layer ", n_layer, ", n_head ", n_head, ", n_embd ", n_embd,
+             ", block_size ", block_size, ", vocab_size ", vocab_size, ")");
+  if (n_embd % n_head != 0) PT_THROW(InputError, "--n-embd ", n_embd, " is not divisible by --n-head ", n_head);
+  if (vocab_size > 65536) PT_THROW(InputError, "--vocab-size ", vocab_size, " exceeds 65536 (tokens are stored as uint16)");
+  if (dropout < 0.0f || dropout >= 1.0f) PT_THROW(InputError, "--dropout ", dropout, " is outside [0, 1)");
+}
+
+double GPTConfig::flops_per_token() const {
+  const double C = static_cast<double>(n_embd);
+  const double matmul_params = static_cast<double>(n_layer) * 12.0 * C * C + static_cast<double>(vocab_size) * C;
+  return 6.0 * matmul_params + 6.0 * static_cast<double>(n_layer) * static_cast<double>(block_size) * C;
+}
+
+namespace {
+void init_gpt_linear(Linear& l, Generator& gen, float std) {
+  fill_normal(l.weight, gen, 0.0f, std);
+  if (l.bias.defined()) l.bias.zero_();
+}
+}  // namespace
+
+CausalSelfAttention::CausalSelfAttention(const GPTConfig& cfg, Generator& gen) : n_head_(cfg.n_head) {
+  const int64_t C = cfg.n_embd;
+  c_attn = register_module("c_attn", std::make_shared<Linear>(C, 3 * C, true, WeightLayout::InOut, gen));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(C, C, true, WeightLayout::InOut, gen));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) const {
+  return c_proj->forward(ops::causal_self_attention(c_attn->forward(x), n_head_));
+}
+
+GPTMLP::GPTMLP(const GPTConfig& cfg, Generator& gen) {
+  const int64_t C = cfg.n_embd;
+  c_fc = register_module("c_fc", std::make_shared<Linear>(C, 4 * C, true, WeightLayout::InOut, gen));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(4 * C, C, true, WeightLayout::InOut, gen));
+}
+
+Tensor GPTMLP::forward(const Tensor& x) const { return c_proj->forward(ops::gelu(c_fc->forward(x))); }
+
+GPTBlock::GPTBlock(const GPTConfig& cfg, Generator& gen) {
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(cfg.n_embd));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(cfg, gen));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(cfg.n_embd));
+  mlp = register_module("mlp", std::make_shared<GPTMLP>(cfg, gen));
+  drop = register_module("drop", std::make_shared<Dropout>(cfg.dropout, gen));
+}
+
+Tensor GPTBlock::forward(const Tensor& x) const {
+  Tensor a = attn->forward(ln_1->forward(x));
+  Tensor x1 = ops::add(x, drop->forward(a));
+  Tensor m = mlp->forward(ln_2->forward(x1));
+  return ops::add(x1, drop->forward(m));
+}
+
+namespace {
+// "h" in the parameter names is a container module with children "0", "1", ...
+class ModuleList : public Module {
+ public:
+  template <typename M>
+  void add(std::shared_ptr<M> m) {
+    register_module(std::to_string(count_++), m);
+  }
+
+ private:
+  int count_ = 0;
+};
+}  // namespace
+
+GPT::GPT(const GPTConfig& cfg, uint64_t seed) : cfg_(cfg), gen_(seed) {
+  cfg_.validate();
+  const float std = 0.02f;
+  const float proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg.n_layer));
+  wte = register_module("wte", std::make_shared<Embedding>(cfg.vocab_size, cfg.n_embd, gen_, std));
+  wpe = register_module("wpe", std::make_shared<Embedding>(cfg.block_size, cfg.n_embd, gen_, std));
+  auto list = register_module("h", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    auto block = std::make_shared<GPTBlock>(cfg_, gen_);
+    init_gpt_linear(*block->attn->c_attn, gen_, std);
+    init_gpt_linear(*block->attn->c_proj, gen_, proj_std);
+    init_gpt_linear(*block->mlp->c_fc, gen_, std);
+    init_gpt_linear(*block->mlp->c_proj, gen_, proj_std);
+    list->add(block);
+    h.push_back(block);
+  }
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(cfg.n_embd));
+}
+
+Tensor GPT::hidden(const Tensor& tokens) const {
+  if (tokens.dim() != 2) PT_THROW(InputError, "GPT input must be (B,T) token ids, got ", shape_str(tokens.shape()));
+  if (tokens.size(1) > cfg_.block_size)
+    PT_THROW(InputError, "sequence length ", tokens.size(1), " exceeds the block size ", cfg_.block_size);
+  Tensor x = ops::gpt_embedding(tokens, wte->weight, wpe->weight);
+  for (const auto& block : h) x = block->forward(x);
+  return ln_f->forward(x);
+}
+
+Tensor GPT::forward(const Tensor& tokens) const { return ops::matmul(hidden(tokens), wte->weight, /*trans_b=*/true); }
+
+Tensor GPT::loss(const Tensor& tokens, const Tensor& targets) const {
+  return ops::cross_entropy(forward(tokens), targets);
+}
+
+}  // namespace paratrain::nn

@@ -1,0 +1,54 @@
+#include "paratrain/nn/layers.h"
+
+#include <cmath>
+
+#include "paratrain/autograd/ops.h"
+
+namespace paratrain::nn {
+
+Linear::Linear(int64_t in, int64_t out, bool has_bias, WeightLayout l, Generator& gen) : layout(l) {
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in));
+  Tensor w = Tensor::empty(l == WeightLayout::OutIn ? Shape{out, in} : Shape{in, out});
+  fill_uniform(w, gen, -bound, bound);
+  weight = register_parameter("weight", w);
+  if (has_bias) {
+    Tensor b = Tensor::empty({out});
+    fill_uniform(b, gen, -bound, bound);
+    bias = register_parameter("bias", b);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) const {
+  return ops::linear(x, weight, bias, layout == WeightLayout::InOut);
+}
+
+Embedding::Embedding(int64_t num, int64_t dim, Generator& gen, float std) {
+  Tensor w = Tensor::empty({num, dim});
+  fill_normal(w, gen, 0.0f, std);
+  weight = register_parameter("weight", w);
+}
+
+Tensor Embedding::forward(const Tensor& tokens) const { return ops::embedding(tokens, weight); }
+
+LayerNorm::LayerNorm(int64_t dim, float e) : eps(e) {
+  weight = register_parameter("weight", Tensor::full({dim}, 1.0));
+  bias = register_parameter("bias", Tensor::zeros({dim}));
+}
+
+Tensor LayerNorm::forward(const Tensor& x) const { return ops::layer_norm(x, weight, bias, eps); }
+
+Tensor Dropout::forward(const Tensor& x) const { return ops::dropout(x, p_, is_training(), *gen_); }
+
+Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t s, int64_t p, Generator& gen) : stride(s), padding(p) {
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in * kernel * kernel));
+  Tensor w = Tensor::empty({out, in, kernel, kernel});
+  fill_uniform(w, gen, -bound, bound);
+  weight = register_parameter("weight", w);
+  Tensor b = Tensor::empty({out});
+  fill_uniform(b, gen, -bound, bound);
+  bias = register_parameter("bias", b);
+}
+
+Tensor Conv2d::forward(const Tensor& x) const { return ops::conv2d(x, weight, bias, stride, padding); }
+
+}  // namespace paratrain::nn

@@ -1,0 +1,88 @@
+#include "paratrain/nn/module.h"
+
+#include <set>
+
+namespace paratrain::nn {
+
+Tensor& Module::register_parameter(const std::string& name, Tensor t) {
+  t.set_requires_grad(true);
+  params_.emplace_back(name, t);
+  return params_.back().second;
+}
+
+void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const {
+  for (const auto& [name, t] : params_) out.emplace_back(prefix + name, t);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", out);
+  for (auto& [name, t] : out)
+    if (t.name().empty()) t.set_name(name);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (auto& [name, t] : named_parameters()) n += t.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+void Module::zero_grad(bool set_to_none) {
+  for (auto& [name, t] : named_parameters()) {
+    if (set_to_none)
+      t.set_grad(Tensor());
+    else if (t.grad().defined())
+      t.grad().zero_();
+  }
+}
+
+std::map<std::string, Tensor> Module::state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (auto& [name, t] : named_parameters()) out[name] = t.detach();
+  return out;
+}
+
+void Module::load_state_dict(const std::map<std::string, Tensor>& state_in, bool strict,
+                             const std::string& strip_prefix) {
+  std::map<std::string, Tensor> state;
+  for (const auto& [name, t] : state_in) {
+    std::string n = name;
+    if (!strip_prefix.empty() && n.rfind(strip_prefix, 0) == 0) n = n.substr(strip_prefix.size());
+    state[n] = t;
+  }
+  auto params = named_parameters();
+  // Validate everything before changing anything.
+  std::set<std::string> expected;
+  for (auto& [name, p] : params) {
+    expected.insert(name);
+    auto it = state.find(name);
+    if (it == state.end()) PT_THROW(InputError, "missing tensor '", name, "' (expected shape ", shape_str(p.shape()), ")");
+    if (it->second.shape() != p.shape())
+      PT_THROW(InputError, "tensor '", name, "' has shape ", shape_str(it->second.shape()), ", expected ",
+               shape_str(p.shape()));
+    if (!dtype_is_float(it->second.dtype()))
+      PT_THROW(InputError, "tensor '", name, "' has dtype ", dtype_name(it->second.dtype()), ", expected a float type");
+  }
+  if (strict)
+    for (const auto& [name, t] : state)
+      if (!expected.count(name)) PT_THROW(InputError, "unexpected tensor '", name, "' for this model");
+  for (auto& [name, p] : params) {
+    Tensor dst = p.detach();
+    dst.copy_(state.at(name));
+  }
+}
+
+}  // namespace paratrain::nn

@@ -1,0 +1,139 @@
+#include "paratrain/optim/optimizer.h"
+
+#include <cmath>
+
+#include "paratrain/kernels/cpu.h"
+
+namespace paratrain::optim {
+
+namespace k = paratrain::kernels::cpu;
+
+namespace {
+bool decays(const Tensor& p, bool decay_2d_only) { return !decay_2d_only || p.dim() >= 2; }
+
+void load_named(const std::map<std::string, Tensor>& state, const std::string& name, Tensor& dst) {
+  auto it = state.find(name);
+  if (it == state.end()) PT_THROW(InputError, "optimizer state: missing tensor '", name, "'");
+  if (it->second.shape() != dst.shape())
+    PT_THROW(InputError, "optimizer state: tensor '", name, "' has shape ", shape_str(it->second.shape()),
+             ", expected ", shape_str(dst.shape()));
+  dst.copy_(it->second);
+}
+}  // namespace
+
+AdamW::AdamW(NamedParams params, const AdamWOptions& opts) : Optimizer(std::move(params)), opts_(opts) {
+  lr_ = opts.lr;
+  for (auto& [name, p] : params_) {
+    m_.push_back(Tensor::zeros(p.shape()));
+    v_.push_back(Tensor::zeros(p.shape()));
+  }
+}
+
+void AdamW::step() {
+  ++step_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i].second;
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    g = g.contiguous();
+    const float wd = decays(p, opts_.decay_2d_only) ? static_cast<float>(opts_.weight_decay) : 0.0f;
+    k::adamw_update(p.data<float>(), g.data<float>(), m_[i].data<float>(), v_[i].data<float>(), p.numel(),
+                    static_cast<float>(lr_), static_cast<float>(opts_.beta1), static_cast<float>(opts_.beta2),
+                    static_cast<float>(opts_.eps), wd, step_);
+  }
+}
+
+std::map<std::string, Tensor> AdamW::state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    out[params_[i].first + ".exp_avg"] = m_[i];
+    out[params_[i].first + ".exp_avg_sq"] = v_[i];
+  }
+  return out;
+}
+
+void AdamW::load_state_dict(const std::map<std::string, Tensor>& state, int64_t steps_taken) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    load_named(state, params_[i].first + ".exp_avg", m_[i]);
+    load_named(state, params_[i].first + ".exp_avg_sq", v_[i]);
+  }
+  step_ = steps_taken;
+}
+
+SGD::SGD(NamedParams params, const SGDOptions& opts) : Optimizer(std::move(params)), opts_(opts) {
+  lr_ = opts.lr;
+  for (auto& [name, p] : params_) {
+    buf_.push_back(opts.momentum != 0.0 ? Tensor::zeros(p.shape()) : Tensor());
+    has_buf_.push_back(false);
+  }
+}
+
+void SGD::step() {
+  ++step_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i].second;
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    g = g.contiguous();
+    const float wd = decays(p, opts_.decay_2d_only) ? static_cast<float>(opts_.weight_decay) : 0.0f;
+    k::sgd_update(p.data<float>(), g.data<float>(), buf_[i].defined() ? buf_[i].data<float>() : nullptr, p.numel(),
+                  static_cast<float>(lr_), static_cast<float>(opts_.momentum), static_cast<float>(opts_.dampening), wd,
+                  opts_.nesterov, !has_buf_[i]);
+    has_buf_[i] = true;
+  }
+}
+
+std::map<std::string, Tensor> SGD::state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (buf_[i].defined()) out[params_[i].first + ".momentum_buffer"] = buf_[i];
+  return out;
+}
+
+void SGD::load_state_dict(const std::map<std::string, Tensor>& state, int64_t steps_taken) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!buf_[i].defined()) continue;
+    load_named(state, params_[i].first + ".momentum_buffer", buf_[i]);
+    has_buf_[i] = steps_taken > 0;
+  }
+  step_ = steps_taken;
+}
+
+double LRSchedule::at(int64_t step) const {
+  if (warmup > 0 && step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  if (kind == Kind::Constant) return lr;
+  const int64_t span = std::max<int64_t>(total - warmup, 1);
+  const double progress = std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(span));
+  return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+LRSchedule::Kind LRSchedule::parse(const std::string& name) {
+  if (name == "constant") return Kind::Constant;
+  if (name == "cosine") return Kind::Cosine;
+  PT_THROW(InputError, "unknown --lr-schedule '", name, "' (expected constant or cosine)");
+}
+
+double grad_norm(const NamedParams& params) {
+  double sq = 0.0;
+  for (const auto& [name, p] : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    g = g.contiguous();
+    sq += k::sum_squares(g.data<float>(), g.numel());
+  }
+  return std::sqrt(sq);
+}
+
+double clip_grad_norm(const NamedParams& params, double max_norm, double norm) {
+  if (max_norm <= 0.0 || norm <= max_norm) return norm;
+  const float coef = static_cast<float>(max_norm / (norm + 1e-6));
+  for (const auto& [name, p] : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    PT_CHECK(g.is_contiguous(), "gradients are contiguous");
+    k::scale(g.data<float>(), g.data<float>(), coef, g.numel());
+  }
+  return norm;
+}
+
+}  // namespace paratrain::optim

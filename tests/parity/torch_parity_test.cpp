@@ -1,0 +1,153 @@
+// paratrain against PyTorch (Debian's python3-torch), the outside oracle.
+//
+// For gpt-nano, the CNN and the MLP: the same initial weights (made by PyTorch, passed
+// through safetensors) and the same batch. The loss and every gradient must match to 1e-5
+// relative (max |ours - torch| over max |torch|, per tensor) in f32; after 10 AdamW steps on
+// that batch (eps 1e-6, betas 0.9/0.95, weight decay 0.1 on 2-D+ weights) every weight must
+// match to 1e-4 relative. Where PyTorch f32 itself is further than that from the exact
+// answer (Adam turns rounding noise in near-zero gradients into full-size steps; PyTorch run
+// in f64 is the judge), ours must be at least as close to the f64 result as PyTorch f32 is.
+// The Python side is tests/python/torch_reference.py.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "paratrain/autograd/engine.h"
+#include "paratrain/checkpoint/safetensors.h"
+#include "paratrain/kernels/cpu.h"
+#include "paratrain/nn/classifiers.h"
+#include "paratrain/nn/gpt.h"
+#include "paratrain/optim/optimizer.h"
+
+using namespace paratrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kScript = std::string(PARATRAIN_SOURCE_DIR) + "/tests/python/torch_reference.py";
+
+void run_python(const std::string& args) {
+  std::string cmd = "timeout 300 /usr/bin/python3 " + kScript + " " + args;
+  int rc = std::system(cmd.c_str());
+  ASSERT_EQ(rc, 0) << "failed: " << cmd;
+}
+
+struct Diff {
+  double max_abs = 0, max_ref = 0;
+  double rel() const { return max_ref > 0 ? max_abs / max_ref : max_abs; }
+};
+
+Diff compare(const Tensor& ours, const Tensor& ref) {
+  EXPECT_EQ(ours.shape(), ref.shape());
+  auto a = ours.to_vector(), b = ref.to_vector();
+  Diff d;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    d.max_abs = std::max(d.max_abs, std::fabs(double(a[i]) - b[i]));
+    d.max_ref = std::max(d.max_ref, std::fabs(double(b[i])));
+  }
+  return d;
+}
+
+class TorchParity : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/paratrain_parity_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    kernels::cpu::set_num_threads(1);
+  }
+  void TearDown() override {
+    if (std::getenv("PARATRAIN_PARITY_KEEP")) {
+      std::printf("  kept %s\n", dir_.c_str());
+      return;
+    }
+    fs::remove_all(dir_);
+  }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+
+  // Runs the reference for `model`, then checks loss, gradients and 10 AdamW steps of ours.
+  template <typename LossFn>
+  void check(nn::Module& model, const std::string& model_arg, const std::string& config_arg, LossFn loss_fn) {
+    run_python("--init " + path("init.safetensors") + " --model " + model_arg + config_arg + " --seed 3");
+    run_python("--make-batch " + path("batch.safetensors") + " --model " + model_arg + config_arg +
+               " --batch-size 4 --seed 5");
+    const int steps = 10;
+    run_python("--model " + model_arg + config_arg + " --weights " + path("init.safetensors") + " --batch " +
+               path("batch.safetensors") + " --out " + path("ref.safetensors") + " --steps " + std::to_string(steps) +
+               " --lr 1e-3 --beta1 0.9 --beta2 0.95 --eps 1e-6 --weight-decay 0.1");
+    run_python("--model " + model_arg + config_arg + " --weights " + path("init.safetensors") + " --batch " +
+               path("batch.safetensors") + " --out " + path("ref64.safetensors") + " --steps " + std::to_string(steps) +
+               " --lr 1e-3 --beta1 0.9 --beta2 0.95 --eps 1e-6 --weight-decay 0.1 --dtype float64");
+    auto ref64 = checkpoint::load_safetensors(path("ref64.safetensors"));
+    auto init = checkpoint::load_safetensors(path("init.safetensors"));
+    auto batch = checkpoint::load_safetensors(path("batch.safetensors"));
+    auto ref = checkpoint::load_safetensors(path("ref.safetensors"));
+    model.load_state_dict(init);
+
+    Tensor loss = loss_fn(batch);
+    autograd::backward(loss);
+    Diff dl = compare(loss.reshape({1}), ref.at("loss"));
+    std::printf("  loss: ours %.8f torch %.8f rel %.2e\n", loss.item(), ref.at("loss").item(), dl.rel());
+    EXPECT_LE(dl.rel(), 1e-5);
+    double worst = 0;
+    std::string worst_name;
+    for (auto& [name, p] : model.named_parameters()) {
+      ASSERT_TRUE(p.grad().defined()) << name << " got no gradient";
+      Diff d = compare(p.grad(), ref.at("grad." + name));
+      EXPECT_LE(d.rel(), 1e-5) << "gradient of " << name << ": max diff " << d.max_abs << ", max |torch| " << d.max_ref;
+      if (d.rel() > worst) worst = d.rel(), worst_name = name;
+    }
+    std::printf("  gradients: worst relative difference %.2e (%s)\n", worst, worst_name.c_str());
+
+    optim::AdamWOptions o;
+    o.lr = 1e-3, o.beta1 = 0.9, o.beta2 = 0.95, o.eps = 1e-6, o.weight_decay = 0.1, o.decay_2d_only = true;
+    optim::AdamW opt(model.named_parameters(), o);
+    opt.step();  // step 1 uses the gradients already computed
+    for (int s = 1; s < steps; ++s) {
+      model.zero_grad();
+      autograd::backward(loss_fn(batch));
+      opt.step();
+    }
+    if (std::getenv("PARATRAIN_PARITY_KEEP")) checkpoint::save_safetensors(path("ours.safetensors"), model.state_dict());
+    worst = 0;
+    for (auto& [name, p] : model.named_parameters()) {
+      Diff d = compare(p, ref.at("final." + name));
+      Diff d64 = compare(p, ref64.at("final." + name));
+      Diff torch_gap = compare(ref.at("final." + name), ref64.at("final." + name));
+      EXPECT_TRUE(d.rel() <= 1e-4 || d64.max_abs <= torch_gap.max_abs)
+          << "weight " << name << " after " << steps << " steps: relative difference to torch f32 " << d.rel()
+          << ", to torch f64 " << d64.rel() << " (torch f32 vs f64: " << torch_gap.rel() << ")";
+      if (d.rel() > 1e-4)
+        std::printf("  %s: %.2e from torch f32, %.2e from torch f64; torch f32 is %.2e from f64\n", name.c_str(),
+                    d.rel(), d64.rel(), torch_gap.rel());
+      if (d.rel() > worst) worst = d.rel(), worst_name = name;
+    }
+    std::printf("  after %d AdamW steps: worst relative weight difference to torch f32 %.2e (%s)\n", steps, worst,
+                worst_name.c_str());
+  }
+
+  std::string dir_;
+};
+
+}  // namespace
+
+TEST_F(TorchParity, GptNano) {
+  nn::GPT model(nn::GPTConfig::preset("gpt-nano"), 1);
+  check(model, "gpt", " --config gpt-nano", [&](std::map<std::string, Tensor>& b) {
+    return model.loss(b.at("inputs"), b.at("targets"));
+  });
+}
+
+TEST_F(TorchParity, Cnn) {
+  nn::CNNClassifier model(1);
+  check(model, "cnn", "", [&](std::map<std::string, Tensor>& b) { return model.loss(b.at("images"), b.at("labels")); });
+}
+
+TEST_F(TorchParity, Mlp) {
+  nn::MLPClassifier model(1);
+  check(model, "mlp", "", [&](std::map<std::string, Tensor>& b) { return model.loss(b.at("images"), b.at("labels")); });
+}
