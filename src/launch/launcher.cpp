@@ -57,8 +57,10 @@ void say(const std::string& line) {
 
 // ---- signals: a self-pipe written by the handlers, read by the poll loop.
 int g_signal_pipe_w = -1;
+pid_t g_launcher_pid = -1;
 
 extern "C" void on_launcher_signal(int sig) {
+  if (::getpid() != g_launcher_pid) return;  // a forked rank before exec: not ours to report
   int saved = errno;
   unsigned char b = static_cast<unsigned char>(sig);
   if (g_signal_pipe_w >= 0) {
@@ -76,6 +78,7 @@ class SignalScope {
     read_.reset(p[0]);
     write_.reset(p[1]);
     g_signal_pipe_w = write_.get();
+    g_launcher_pid = ::getpid();
     struct sigaction sa;
     std::memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_launcher_signal;

@@ -1,6 +1,7 @@
 #include "paratrain/launch/process.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -137,10 +138,18 @@ Spawned spawn_child(const SpawnSpec& spec) {
   if (!null_fd.valid()) PT_THROW(IoError, "launch: cannot open /dev/null: ", std::strerror(errno));
 
   pid_t parent = ::getpid();
+  // Every signal is blocked across fork, so that no handler of the launcher's runs in the
+  // child before child_main has reset the dispositions (a SIGTERM sent to a just-forked
+  // rank would otherwise run the launcher's handler in the rank); the child unblocks them.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
   pid_t pid = ::fork();
-  if (pid < 0) PT_THROW(IoError, "launch: fork(): ", std::strerror(errno));
   if (pid == 0)
     child_main(spec.path.c_str(), argv.data(), envp.data(), out_w.get(), err_w.get(), null_fd.get(), parent);
+  int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) PT_THROW(IoError, "launch: fork(): ", std::strerror(fork_errno));
   // Both sides set the group, so the launcher can signal -pid as soon as fork returns.
   ::setpgid(pid, pid);
   out_w.reset();

@@ -6,7 +6,8 @@
 // group, so a rank's own subprocesses are stopped with it), asks the kernel for SIGKILL when
 // the launcher dies (PR_SET_PDEATHSIG; if the launcher already died between fork and that
 // call, the child exits at once), restores default signal dispositions and an empty signal
-// mask, and closes every other descriptor. If exec fails the child writes one line to its
+// mask (signals stay blocked from fork until then, so no launcher handler runs in the
+// child), and closes every other descriptor. If exec fails the child writes one line to its
 // stderr pipe and _exit(127)s.
 //
 // PR_SET_PDEATHSIG follows the *thread* that forked: call spawn_child() from a thread that
