@@ -308,8 +308,8 @@ def gpt_forward_independent(sd, cfg, idx, targets):
         a = torch.cat(heads, dim=-1)
         x = x + F.linear(a, p("attn.c_proj.weight").t(), p("attn.c_proj.bias"))
         h = F.layer_norm(x, (C,), p("ln_2.weight"), p("ln_2.bias"), 1e-5)
-        h = F.gelu(F.linear(h, p("mlp.c_fc.weight").t(), p("mlp.c_fc.bias")),
-                   approximate="tanh")
+        h = F.linear(h, p("mlp.c_fc.weight").t(), p("mlp.c_fc.bias"))
+        h = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * h ** 3)))
         x = x + F.linear(h, p("mlp.c_proj.weight").t(), p("mlp.c_proj.bias"))
     x = F.layer_norm(x, (C,), sd["ln_f.weight"], sd["ln_f.bias"], 1e-5)
     logits = F.linear(x, sd["wte.weight"])
