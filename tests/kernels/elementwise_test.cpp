@@ -164,7 +164,7 @@ TEST(Elementwise, Dropout) {
   dropout_forward(out.data(), x.data(), mask.data(), 1.5f, n);
   dropout_backward(d.data(), g.data(), mask.data(), 1.5f, n);
   for (int64_t i = 0; i < n; ++i) {
-    EXPECT_EQ(out[i], mask[i] ? x[i] * 1.5f : 0.0f);
+    EXPECT_EQ(out[i], mask[i] ? x[i] * 1.5f : 0.0f * x[i]);
     EXPECT_NEAR(d[i], 0.5f + (mask[i] ? g[i] * 1.5f : 0.0f), 1e-6);
   }
 }

@@ -216,8 +216,12 @@ void log_forward(float* out, const float* inp, int64_t n) {
 }
 void sqrt_forward(float* out, const float* inp, int64_t n) {
   each(n, [&](int64_t b, int64_t e) {
-#pragma omp simd
+#ifdef PT_KERNELS_AVX2
+    detail::map_unary(out + b, inp + b, e - b, [](__m256 x) { return _mm256_sqrt_ps(x); },
+                      [](float x) { return x; });
+#else
     for (int64_t i = b; i < e; ++i) out[i] = std::sqrt(inp[i]);
+#endif
   });
 }
 
@@ -256,13 +260,13 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
 void dropout_forward(float* out, const float* inp, const uint8_t* mask, float s, int64_t n) {
   each(n, [&](int64_t b, int64_t e) {
 #pragma omp simd
-    for (int64_t i = b; i < e; ++i) out[i] = mask[i] ? inp[i] * s : 0.0f;
+    for (int64_t i = b; i < e; ++i) out[i] = inp[i] * static_cast<float>(mask[i]) * s;
   });
 }
 void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, float s, int64_t n) {
   each(n, [&](int64_t b, int64_t e) {
 #pragma omp simd
-    for (int64_t i = b; i < e; ++i) dinp[i] += mask[i] ? dout[i] * s : 0.0f;
+    for (int64_t i = b; i < e; ++i) dinp[i] += dout[i] * static_cast<float>(mask[i]) * s;
   });
 }
 
@@ -272,14 +276,10 @@ void f32_to_bf16(uint16_t* out, const float* in, int64_t n) {
   });
 }
 void bf16_to_f32(float* out, const uint16_t* in, int64_t n) {
+  auto* bits = reinterpret_cast<uint32_t*>(out);  // bf16 is the top half of an f32
   each(n, [&](int64_t b, int64_t e) {
 #pragma omp simd
-    for (int64_t i = b; i < e; ++i) {
-      uint32_t u = static_cast<uint32_t>(in[i]) << 16;
-      float f;
-      std::memcpy(&f, &u, 4);
-      out[i] = f;
-    }
+    for (int64_t i = b; i < e; ++i) bits[i] = static_cast<uint32_t>(in[i]) << 16;
   });
 }
 void f32_to_f16(uint16_t* out, const float* in, int64_t n) {

@@ -50,7 +50,8 @@ void bias_add(float* out, const float* bias, int64_t N, int64_t C);
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C);
 
 // ---- dropout with a given mask: inp, out, dout, dinp, mask (n) ----
-// out = inp * mask * scale, mask[i] in {0,1}, scale usually 1/(1-p)
+// out = inp * mask * scale (as torch: NaN/inf inputs stay NaN where dropped), mask[i] in {0,1},
+// scale usually 1/(1-p)
 void dropout_forward(float* out, const float* inp, const uint8_t* mask, float scale, int64_t n);
 // dinp += dout * mask * scale
 void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, float scale, int64_t n);
