@@ -1,0 +1,39 @@
+// Step metrics: one JSON object per line (DESIGN.md "Metrics"), and the progress line.
+//
+// MetricsWriter appends lines to --metrics FILE and flushes each, so a crashed run keeps
+// every completed step (the file is a log, not a result: it is streamed, not renamed into
+// place). ProgressLine formats the human-readable line printed to stderr every step.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace paratrain::monitor {
+
+class MetricsWriter {
+ public:
+  MetricsWriter() = default;
+  // Opens (truncates) `path`; IoError naming it when it cannot be created. Empty = disabled.
+  explicit MetricsWriter(const std::string& path);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  bool enabled() const { return f_ != nullptr; }
+  void write(const nlohmann::json& line);
+
+ private:
+  std::FILE* f_ = nullptr;
+  std::string path_;
+};
+
+// "1m05s", "2h03m", "45s"
+std::string format_duration(double seconds);
+
+// A peak GEMM rate in FLOP/s on this process's threads, measured once with a short f32 GEMM
+// (used as the denominator of MFU).
+double measured_gemm_peak_flops();
+
+}  // namespace paratrain::monitor

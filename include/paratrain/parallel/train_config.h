@@ -1,0 +1,44 @@
+// Everything `paratrain train` can be told, as one struct (the CLI fills it; a program using
+// the library can fill it directly and call train()).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace paratrain::parallel {
+
+struct TrainConfig {
+  // ---- model ----
+  std::string model = "gpt-nano";  // gpt-nano | gpt-mini | gpt2-124m | gpt | mlp | cnn
+  int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, vocab_size = 0;  // 0 = preset's
+  float dropout = 0.0f;
+  // ---- data ----
+  std::string data;      // token .bin (GPT models)
+  std::string val_data;  // token .bin for evaluation
+  std::string dataset;   // "fashion-mnist" (mlp, cnn)
+  std::string data_dir;  // Fashion-MNIST directory; "" = Debian's location
+  int64_t micro_batch = 0;  // 0 = model's default (8 for GPT, 64 for images)
+  int64_t grad_accum = 1;
+  int64_t steps = 0;   // optimizer steps; 0 = from --epochs
+  double epochs = 0;   // used when steps == 0 (1 when both are 0)
+  // ---- optimizer and schedule ----
+  std::string optimizer = "adamw";  // adamw | sgd
+  double lr = -1;                   // < 0: 6e-4 for GPT, 1e-3 for images (AdamW), 0.05 (SGD)
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, momentum = 0.9, weight_decay = 0.1;
+  std::string lr_schedule = "cosine";  // constant | cosine
+  int64_t warmup_steps = 0;
+  double min_lr = -1;  // < 0: lr / 10
+  double grad_clip = 1.0;  // 0 = off
+  // ---- run ----
+  uint64_t seed = 1337;
+  int threads = 0;  // 0 = the host's cores split among the ranks on it
+  std::string device = "cpu";
+  bool deterministic = false;
+  std::string init_from, save_final;
+  int64_t eval_every = 0;  // 0 = only after the last step
+  int64_t eval_batches = 20;
+  std::string metrics;
+  bool quiet = false;  // no progress line
+};
+
+}  // namespace paratrain::parallel

@@ -1,0 +1,156 @@
+#include "train_cmd.h"
+
+#include <cmath>
+#include <iostream>
+
+#include "cli_util.h"
+#include "paratrain/autograd/engine.h"
+#include "paratrain/checkpoint/safetensors.h"
+#include "paratrain/data/tokenizer.h"
+#include "paratrain/kernels/cpu.h"
+#include "paratrain/nn/gpt.h"
+#include "paratrain/parallel/trainer.h"
+
+namespace paratrain::cli {
+
+int run_train(int argc, char** argv) {
+  parallel::TrainConfig c;
+  CLI::App app{"Train a model (one process; see docs/cli.md)", "train"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--model", c.model, "gpt-nano | gpt-mini | gpt2-124m | gpt | mlp | cnn")
+      ->check(CLI::IsMember({"gpt-nano", "gpt-mini", "gpt2-124m", "gpt", "mlp", "cnn"}));
+  app.add_option("--n-layer", c.n_layer, "GPT layers (0 = the preset's)");
+  app.add_option("--n-head", c.n_head, "GPT attention heads (0 = the preset's)");
+  app.add_option("--n-embd", c.n_embd, "GPT width (0 = the preset's)");
+  app.add_option("--block-size", c.block_size, "GPT context length (0 = the preset's)");
+  app.add_option("--vocab-size", c.vocab_size, "GPT vocabulary (0 = the preset's)");
+  app.add_option("--dropout", c.dropout, "dropout probability");
+  app.add_option("--data", c.data, "training tokens, llm.c .bin format (GPT models)");
+  app.add_option("--val-data", c.val_data, "validation tokens, llm.c .bin format");
+  app.add_option("--dataset", c.dataset, "image dataset for mlp/cnn: fashion-mnist");
+  app.add_option("--data-dir", c.data_dir, "Fashion-MNIST directory (default: Debian's dataset-fashion-mnist)");
+  app.add_option("--micro-batch", c.micro_batch, "sequences/images per micro-batch (0 = 8 for GPT, 64 for images)");
+  app.add_option("--grad-accum", c.grad_accum, "micro-batches per optimizer step");
+  app.add_option("--steps", c.steps, "optimizer steps (0 = from --epochs)");
+  app.add_option("--epochs", c.epochs, "epochs over the training data when --steps is 0 (default 1)");
+  app.add_option("--optimizer", c.optimizer, "adamw | sgd")->check(CLI::IsMember({"adamw", "sgd"}));
+  app.add_option("--lr", c.lr, "peak learning rate (-1 = 6e-4 GPT, 1e-3 images, 0.05 SGD)");
+  app.add_option("--beta1", c.beta1, "AdamW beta1");
+  app.add_option("--beta2", c.beta2, "AdamW beta2");
+  app.add_option("--eps", c.eps, "AdamW epsilon");
+  app.add_option("--momentum", c.momentum, "SGD momentum");
+  app.add_option("--weight-decay", c.weight_decay, "weight decay (AdamW: 2-D weights only)");
+  app.add_option("--lr-schedule", c.lr_schedule, "constant | cosine")->check(CLI::IsMember({"constant", "cosine"}));
+  app.add_option("--warmup-steps", c.warmup_steps, "linear warm-up steps");
+  app.add_option("--min-lr", c.min_lr, "final learning rate of the cosine schedule (-1 = lr/10)");
+  app.add_option("--grad-clip", c.grad_clip, "clip the global gradient norm to this (0 = off)");
+  app.add_option("--seed", c.seed, "seed of every random choice (init, data order, dropout)");
+  app.add_option("--threads", c.threads, "compute threads (0 = the host's cores split among local ranks)");
+  app.add_option("--device", c.device, "cpu (cuda needs a CUDA build)");
+  app.add_flag("--deterministic", c.deterministic, "bit-reproducible reductions");
+  app.add_option("--init-from", c.init_from, "initial weights, safetensors (HF GPT-2 names for GPT)");
+  app.add_option("--save-final", c.save_final, "write the final weights here, safetensors");
+  app.add_option("--eval-every", c.eval_every, "evaluate every N steps (0 = only after the last step)");
+  app.add_option("--eval-batches", c.eval_batches, "validation batches per evaluation (GPT)");
+  app.add_option("--metrics", c.metrics, "write one JSON line per step to this file");
+  app.add_flag("--quiet", c.quiet, "no progress line");
+  if (!parse_or_throw(app, argc, argv)) return 0;
+  parallel::train(c, std::cerr);
+  return 0;
+}
+
+namespace {
+int64_t meta_int(const checkpoint::Metadata& m, const std::string& key, int64_t fallback) {
+  auto it = m.find(key);
+  if (it == m.end()) return fallback;
+  try {
+    return std::stoll(it->second);
+  } catch (const std::exception&) {
+    PT_THROW(InputError, "model metadata '", key, "' is not an integer: '", it->second, "'");
+  }
+}
+}  // namespace
+
+int run_sample(int argc, char** argv) {
+  std::string model_path, tokenizer_path, prompt;
+  int64_t max_tokens = 100, top_k = 40, n_head = 0;
+  double temperature = 0.8;
+  uint64_t seed = 1337;
+  int threads = 0;
+  CLI::App app{"Generate text with a trained GPT", "sample"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--model", model_path, "model weights, safetensors (from --save-final)")->required();
+  app.add_option("--tokenizer", tokenizer_path, "sentencepiece model (from data prepare)")->required();
+  app.add_option("--prompt", prompt, "text to continue");
+  app.add_option("--max-tokens", max_tokens, "tokens to generate");
+  app.add_option("--temperature", temperature, "sampling temperature (0 = greedy)");
+  app.add_option("--top-k", top_k, "sample among the k most likely tokens (0 = all)");
+  app.add_option("--n-head", n_head, "attention heads when the file does not record them");
+  app.add_option("--seed", seed, "sampling seed");
+  app.add_option("--threads", threads, "compute threads (0 = all cores)");
+  if (!parse_or_throw(app, argc, argv)) return 0;
+  if (max_tokens < 0) PT_THROW(InputError, "--max-tokens must not be negative");
+  if (temperature < 0) PT_THROW(InputError, "--temperature must not be negative");
+  if (threads > 0) kernels::cpu::set_num_threads(threads);
+
+  data::Tokenizer tok(tokenizer_path);
+  auto file = checkpoint::read_safetensors(model_path);
+  auto wte = file.tensors.find("wte.weight");
+  if (wte == file.tensors.end()) wte = file.tensors.find("transformer.wte.weight");
+  auto wpe = file.tensors.find("wpe.weight");
+  if (wpe == file.tensors.end()) wpe = file.tensors.find("transformer.wpe.weight");
+  if (wte == file.tensors.end() || wpe == file.tensors.end())
+    PT_THROW(InputError, model_path, ": not a GPT model (no wte.weight / wpe.weight)");
+  nn::GPTConfig g;
+  g.vocab_size = wte->second.size(0);
+  g.n_embd = wte->second.size(1);
+  g.block_size = wpe->second.size(0);
+  g.n_layer = 0;
+  for (const auto& [name, t] : file.tensors)
+    if (name.ends_with(".ln_1.weight")) g.n_layer++;
+  g.n_head = n_head > 0 ? n_head : meta_int(file.metadata, "n_head", std::max<int64_t>(1, g.n_embd / 64));
+  nn::GPT model(g, 0);
+  model.load_state_dict(file.tensors, true, "transformer.");
+  model.eval();
+  if (tok.vocab_size() > g.vocab_size)
+    PT_THROW(InputError, "tokenizer has ", tok.vocab_size(), " tokens but the model only ", g.vocab_size);
+
+  std::vector<int32_t> ids = {static_cast<int32_t>(tok.bos_id())};
+  for (int32_t id : tok.encode(prompt)) ids.push_back(id);
+  Generator gen(seed);
+  autograd::NoGradGuard ng;
+  for (int64_t i = 0; i < max_tokens; ++i) {
+    const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), g.block_size);
+    std::vector<int32_t> window(ids.end() - T, ids.end());
+    Tensor x = Tensor::from_vector_i32(window, {1, T});
+    Tensor logits = model.forward(x);
+    const float* last = logits.data<float>() + (T - 1) * g.vocab_size;
+    std::vector<std::pair<float, int32_t>> cand;
+    for (int32_t v = 0; v < tok.vocab_size(); ++v) cand.push_back({last[v], v});
+    int32_t next;
+    if (temperature == 0) {
+      next = std::max_element(cand.begin(), cand.end())->second;
+    } else {
+      if (top_k > 0 && top_k < static_cast<int64_t>(cand.size())) {
+        std::partial_sort(cand.begin(), cand.begin() + top_k, cand.end(), std::greater<>());
+        cand.resize(top_k);
+      }
+      float mx = -INFINITY;
+      for (auto& c : cand) mx = std::max(mx, c.first);
+      double total = 0;
+      std::vector<double> p;
+      for (auto& c : cand) p.push_back(std::exp((c.first - mx) / temperature)), total += p.back();
+      double r = gen.uniform_f64() * total;
+      size_t j = 0;
+      while (j + 1 < p.size() && r >= p[j]) r -= p[j++];
+      next = cand[j].second;
+    }
+    if (next == tok.eos_id()) break;
+    ids.push_back(next);
+  }
+  std::vector<int32_t> out(ids.begin() + 1, ids.end());
+  std::cout << tok.decode(out) << "\n";
+  return 0;
+}
+
+}  // namespace paratrain::cli
