@@ -24,6 +24,7 @@
 
 #include "paratrain/kernels/cpu/threads.h"
 #include "paratrain/kernels/cpu/gemm.h"
+#include "paratrain/kernels/cpu/linear.h"
 #include "paratrain/kernels/cpu/elementwise.h"
 #include "paratrain/kernels/cpu/reduce.h"
 #include "paratrain/kernels/cpu/layernorm.h"
