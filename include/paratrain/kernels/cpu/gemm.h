@@ -23,8 +23,9 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
                   int64_t stride_c);
 
 // Mixed precision: A and B are bf16 (uint16_t bit patterns), C and the accumulation f32.
-// Same layout rules as gemm(). Uses oneDNN's bf16 matmul where the CPU has it, otherwise
-// converts to f32 into reused scratch and runs the f32 GEMM.
+// Same layout rules as gemm(). The operands are widened to f32 (exact) into reused
+// thread-local scratch and the f32 GEMM runs: oneDNN 2.6 has no bf16 GEMM for CPUs without
+// AVX512-BF16/AMX. The result equals gemm() on the bf16 values.
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta,
                float* C, int64_t ldc);
