@@ -1,0 +1,190 @@
+// End-to-end tests of the `paratrain` binary: usage errors, bad input (exit 2, one line,
+// nothing written), and small real runs of train / data prepare / sample.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "paratrain/checkpoint/safetensors.h"
+#include "paratrain/data/token_file.h"
+
+using namespace paratrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CmdResult {
+  int rc = -1;
+  std::string out;  // stdout + stderr
+};
+
+CmdResult run(const std::string& args, int timeout_s = 120) {
+  std::string cmd = "timeout " + std::to_string(timeout_s) + " " + PARATRAIN_BIN + " " + args + " 2>&1";
+  CmdResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+int count_lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/paratrain_cli_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& n) const { return dir_ + "/" + n; }
+  // A token file of n tokens cycling through a small pattern (learnable).
+  std::string tokens(const std::string& name, int64_t n, int vocab = 256) {
+    std::vector<uint16_t> t(n);
+    for (int64_t i = 0; i < n; ++i) t[i] = static_cast<uint16_t>((i * 7 + (i / 13)) % vocab);
+    data::write_token_file(path(name), t);
+    return path(name);
+  }
+  // Expects exit code 2 with a single line containing `needle`, and that no output file was made.
+  void expect_bad_input(const std::string& args, const std::string& needle) {
+    CmdResult r = run(args + " --save-final " + path("out.safetensors") + " --metrics " + path("m.jsonl"));
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_EQ(count_lines(r.out), 1) << r.out;
+    EXPECT_NE(r.out.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.out;
+    EXPECT_FALSE(fs::exists(path("out.safetensors")));
+    EXPECT_FALSE(fs::exists(path("m.jsonl")));
+  }
+  std::string dir_;
+};
+
+}  // namespace
+
+TEST_F(Cli, HelpAndUsageErrors) {
+  CmdResult h = run("--help");
+  EXPECT_EQ(h.rc, 0);
+  EXPECT_NE(h.out.find("train"), std::string::npos);
+  CmdResult th = run("train --help");
+  EXPECT_EQ(th.rc, 0);
+  for (const char* flag : {"--model", "--micro-batch", "--grad-accum", "--lr-schedule", "--init-from", "--save-final",
+                           "--metrics", "--threads", "--eval-every"})
+    EXPECT_NE(th.out.find(flag), std::string::npos) << flag;
+  CmdResult u = run("frobnicate");
+  EXPECT_EQ(u.rc, 2);
+  EXPECT_EQ(count_lines(u.out), 1) << u.out;
+  expect_bad_input("train --model gpt-nano --data " + tokens("t.bin", 5000) + " --no-such-flag", "--no-such-flag");
+  expect_bad_input("train --model gpt-nano --data " + path("t.bin") + " --steps -3", "steps");
+  expect_bad_input("train --model gpt-nano --data " + path("t.bin") + " --lr-schedule wavy", "lr-schedule");
+  expect_bad_input("train --model gpt-nano --data " + path("t.bin") + " --micro-batch abc", "micro-batch");
+  expect_bad_input("train --model gpt-nano --data " + path("t.bin") + " --n-embd 63 --n-head 2", "divisible");
+}
+
+TEST_F(Cli, BadDataFiles) {
+  expect_bad_input("train --model gpt-nano --data " + path("missing.bin"), "missing.bin");
+  // wrong magic
+  {
+    std::ofstream f(path("magic.bin"), std::ios::binary);
+    std::vector<int32_t> header(256, 0);
+    header[0] = 12345, header[1] = 1, header[2] = 10;
+    f.write(reinterpret_cast<char*>(header.data()), 1024);
+    f.write("01234567890123456789", 20);
+  }
+  expect_bad_input("train --model gpt-nano --data " + path("magic.bin"), "magic");
+  // truncated: the header promises more tokens than the file holds
+  std::string good = tokens("good.bin", 4000);
+  fs::resize_file(good, 1024 + 2000);
+  expect_bad_input("train --model gpt-nano --data " + good, "truncated");
+  // token ids that do not fit the vocabulary
+  expect_bad_input("train --model gpt-nano --vocab-size 100 --data " + tokens("big.bin", 4000, 256), "vocab");
+}
+
+TEST_F(Cli, BadCheckpoints) {
+  std::string data = tokens("t.bin", 5000);
+  CmdResult ok = run("train --model gpt-nano --data " + data + " --steps 1 --quiet --save-final " + path("init.safetensors"));
+  ASSERT_EQ(ok.rc, 0) << ok.out;
+  auto tensors = checkpoint::load_safetensors(path("init.safetensors"));
+  auto missing = tensors;
+  missing.erase("h.1.mlp.c_fc.bias");
+  checkpoint::save_safetensors(path("missing.safetensors"), missing);
+  expect_bad_input("train --model gpt-nano --data " + data + " --init-from " + path("missing.safetensors"),
+                   "h.1.mlp.c_fc.bias");
+  auto wrong = tensors;
+  wrong["ln_f.weight"] = Tensor::zeros({65});
+  checkpoint::save_safetensors(path("wrong.safetensors"), wrong);
+  expect_bad_input("train --model gpt-nano --data " + data + " --init-from " + path("wrong.safetensors"), "ln_f.weight");
+  {
+    std::ofstream f(path("garbage.safetensors"), std::ios::binary);
+    f << "not a safetensors file at all";
+  }
+  expect_bad_input("train --model gpt-nano --data " + data + " --init-from " + path("garbage.safetensors"),
+                   "garbage.safetensors");
+}
+
+TEST_F(Cli, TrainSaveResumeFromInitAndMetrics) {
+  std::string data = tokens("t.bin", 20000);
+  CmdResult r = run("train --model gpt-nano --data " + data + " --val-data " + data +
+              " --steps 30 --lr 3e-3 --quiet --eval-batches 2 --metrics " + path("m.jsonl") + " --save-final " +
+              path("final.safetensors"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::ifstream m(path("m.jsonl"));
+  std::string line, last_train, eval_line;
+  int lines = 0;
+  while (std::getline(m, line)) {
+    lines++;
+    if (line.find("\"eval\":true") != std::string::npos)
+      eval_line = line;
+    else
+      last_train = line;
+  }
+  EXPECT_EQ(lines, 31);
+  for (const char* key : {"\"step\":29", "\"loss\"", "\"lr\"", "\"grad_norm\"", "\"tokens_per_s\"", "\"step_ms\"",
+                          "\"mfu\"", "\"mem_peak_bytes\":[", "\"step_ms_per_rank\":["})
+    EXPECT_NE(last_train.find(key), std::string::npos) << key << " in " << last_train;
+  EXPECT_NE(eval_line.find("\"val_loss\""), std::string::npos) << eval_line;
+  // The saved model loads back with the GPT-2 names and shapes.
+  auto t = checkpoint::read_safetensors(path("final.safetensors"));
+  EXPECT_EQ(t.tensors.at("wte.weight").shape(), (Shape{256, 64}));
+  EXPECT_EQ(t.tensors.at("h.1.attn.c_attn.weight").shape(), (Shape{64, 192}));
+  EXPECT_EQ(t.metadata.at("n_head"), "2");
+  // Starting from it continues from a low loss.
+  CmdResult r2 = run("train --model gpt-nano --data " + data + " --steps 1 --quiet --init-from " + path("final.safetensors") +
+               " --metrics " + path("m2.jsonl"));
+  ASSERT_EQ(r2.rc, 0) << r2.out;
+  std::ifstream m2(path("m2.jsonl"));
+  std::getline(m2, line);
+  double first_loss = std::stod(line.substr(line.find("\"loss\":") + 7));
+  EXPECT_LT(first_loss, 4.0) << "a model initialised from the trained weights should start far below ln(256)=5.5";
+}
+
+TEST_F(Cli, PrepareTrainSample) {
+  {
+    std::ofstream f(path("corpus.txt"));
+    for (int i = 0; i < 400; ++i)
+      f << "the quick brown fox jumps over the lazy dog number " << i % 17 << "\n"
+        << "a small cat sleeps on the warm mat near the door\n";
+  }
+  CmdResult p = run("data prepare --text " + path("corpus.txt") + " --vocab-size 300 --out " + path("data"));
+  ASSERT_EQ(p.rc, 0) << p.out;
+  CmdResult t = run("train --model gpt --n-layer 2 --n-head 2 --n-embd 64 --block-size 32 --vocab-size 300 --data " +
+              path("data/train.bin") + " --steps 250 --micro-batch 8 --lr 3e-3 --quiet --save-final " +
+              path("m.safetensors"));
+  ASSERT_EQ(t.rc, 0) << t.out;
+  CmdResult s = run("sample --model " + path("m.safetensors") + " --tokenizer " + path("data/tokenizer.model") +
+              " --prompt \"the quick\" --max-tokens 20 --temperature 0");
+  ASSERT_EQ(s.rc, 0) << s.out;
+  EXPECT_EQ(s.out.rfind("the quick", 0), 0u) << s.out;
+  EXPECT_NE(s.out.find("fox"), std::string::npos) << "greedy sampling should continue the memorised sentence: " << s.out;
+  CmdResult bad = run("sample --model " + path("missing.safetensors") + " --tokenizer " + path("data/tokenizer.model"));
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_EQ(count_lines(bad.out), 1) << bad.out;
+}
