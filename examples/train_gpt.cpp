@@ -1,0 +1,50 @@
+// A complete GPT training program written against paratrain's public headers only.
+//
+//   example_train_gpt TRAIN.bin [STEPS]
+//
+// Builds gpt-nano, reads windows of the token file in the DESIGN.md data order, and runs
+// AdamW steps, printing the loss. Copy it as the start of your own program.
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include <paratrain/autograd/engine.h>
+#include <paratrain/data/token_loader.h>
+#include <paratrain/nn/gpt.h>
+#include <paratrain/optim/optimizer.h>
+
+using namespace paratrain;
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s TRAIN.bin [STEPS]\n", argv[0]);
+    return 2;
+  }
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 50;
+  try {
+    nn::GPTConfig cfg = nn::GPTConfig::preset("gpt-nano");
+    nn::GPT model(cfg, /*seed=*/1337);
+    data::TokenLoader loader(argv[1], cfg.block_size, data::BatchLayout{/*micro_batch=*/8, 1, 1}, /*seed=*/1337);
+
+    optim::AdamWOptions opts;
+    opts.lr = 1e-3, opts.beta2 = 0.95, opts.weight_decay = 0.1;
+    optim::AdamW opt(model.named_parameters(), opts);
+
+    Tensor inputs, targets;
+    for (int step = 0; step < steps; ++step) {
+      loader.fill(step, /*micro_step=*/0, /*dp_rank=*/0, inputs, targets);
+      model.zero_grad();
+      Tensor loss = model.loss(inputs, targets);
+      autograd::backward(loss);
+      opt.step();
+      std::printf("step %d loss %.4f\n", step, loss.item());
+    }
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "failed: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
