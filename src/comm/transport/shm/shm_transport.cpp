@@ -224,31 +224,38 @@ void ShmDomain::Impl::wake_everyone() {
 
 void ShmDomain::Impl::monitor_loop() {
   const auto period = std::chrono::milliseconds(20);
-  int tick = 0;
   while (!stop.load()) {
     std::this_thread::sleep_for(period);
     header(mine)->heartbeat.fetch_add(1, std::memory_order_relaxed);
     if (failed_peer.load() >= 0) continue;
     auto now = Clock::now();
-    ++tick;
+    // Deaths first, so a survivor names the rank that died, not a neighbour that left
+    // after noticing it.
+    bool failed = false;
     for (auto& p : peers) {
-      SegmentHeader* h = header(p.base);
-      if (h->closed.load()) {
-        fail(p.rank, detail::concat("rank ", p.rank, " (pid ", p.pid, ") left the group (its process group was destroyed)"));
-        break;
-      }
-      if (p.check_pid && tick % 5 == 0 && !pid_alive(p.pid)) {
+      if (p.check_pid && !pid_alive(p.pid)) {
         fail(p.rank, detail::concat("rank ", p.rank, " (pid ", p.pid, ") died"));
+        failed = true;
         break;
       }
-      uint64_t beat = h->heartbeat.load(std::memory_order_relaxed);
+    }
+    for (auto& p : peers) {
+      if (failed) break;
+      uint64_t beat = header(p.base)->heartbeat.load(std::memory_order_relaxed);
       if (beat != p.last_beat) {
         p.last_beat = beat;
         p.last_change = now;
       } else if (std::chrono::duration<double>(now - p.last_change).count() > config.peer_timeout_s) {
         fail(p.rank, detail::concat("rank ", p.rank, " (pid ", p.pid, ") stopped responding for ",
                                     config.peer_timeout_s, " s"));
-        break;
+        failed = true;
+      }
+    }
+    for (auto& p : peers) {
+      if (failed) break;
+      if (header(p.base)->closed.load()) {
+        fail(p.rank, detail::concat("rank ", p.rank, " (pid ", p.pid, ") left the group (its process group was destroyed)"));
+        failed = true;
       }
     }
   }

@@ -55,10 +55,28 @@ bool recv_all(int fd, void* p, size_t n) {
 
 }  // namespace
 
+// The first broken connection of a domain: every pair reports it, so survivors name the
+// rank that died rather than a neighbour that left after noticing.
+struct FirstFailure {
+  std::mutex mu;
+  int peer = -1;
+  std::string what;
+  void record(int p, const std::string& w) {
+    std::lock_guard<std::mutex> l(mu);
+    if (peer < 0) { peer = p; what = w; }
+  }
+  bool get(int* p, std::string* w) {
+    std::lock_guard<std::mutex> l(mu);
+    if (peer < 0) return false;
+    *p = peer; *w = what;
+    return true;
+  }
+};
+
 class TcpPair : public Pair {
  public:
-  TcpPair(int peer, const TcpConfig& cfg, std::vector<net::Socket> socks)
-      : peer_(peer), cfg_(cfg), socks_(std::move(socks)) {
+  TcpPair(int peer, const TcpConfig& cfg, std::vector<net::Socket> socks, FirstFailure* first)
+      : peer_(peer), cfg_(cfg), socks_(std::move(socks)), first_(first) {
     K_ = cfg.slots;
     send_buf_.resize(K_ * cfg.slot_bytes);
     recv_buf_.resize(K_ * cfg.slot_bytes);
@@ -73,7 +91,11 @@ class TcpPair : public Pair {
   }
   ~TcpPair() override {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      // Let the sender threads put everything already published on the wire (bounded).
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait_for(l, std::chrono::seconds(10), [&] {
+        return !failure_.empty() || head_ == 0 || send_done_[(head_ - 1) % K_] >= head_;
+      });
       stop_ = true;
     }
     cv_.notify_all();
@@ -113,12 +135,23 @@ class TcpPair : public Pair {
   }
 
  private:
+  // for_recv: the wait needs segment tail_, which travels on stream tail_ % S; only that
+  // stream's end (or a broken write) fails it, so data already on its way is never lost.
   template <typename Pred>
   void wait(std::unique_lock<std::mutex>& l, const Deadline& deadline, const char* what, Pred ready,
-            bool data_first = false) {
+            bool for_recv = false) {
     for (;;) {
       if (ready()) return;
-      if (!failure_.empty()) throw PeerFailure(peer_, failure_);
+      bool broken = !failure_.empty() || (for_recv && eof_[tail_ % socks_.size()]);
+      if (broken) {
+        int p = peer_;
+        std::string w = failure_.empty() ? detail::concat("connection to rank ", peer_, " closed (rank ", peer_,
+                                                          " died or left the group)")
+                                         : failure_;
+        first_->record(p, w);
+        first_->get(&p, &w);  // name the first rank whose connection broke
+        throw PeerFailure(p, w);
+      }
       if (stop_) throw PeerFailure(peer_, "transport closed");
       if (deadline.expired()) throw PeerTimeout(peer_, detail::concat("timed out waiting for ", what, " rank ", peer_));
       cv_.wait_for(l, std::chrono::milliseconds(std::min<int64_t>(50, deadline.remaining_ms() + 1)));
@@ -127,7 +160,19 @@ class TcpPair : public Pair {
   void fail(const std::string& why) {
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (failure_.empty() && !stop_) failure_ = why;
+      if (failure_.empty() && !stop_) {
+        failure_ = why;
+        first_->record(peer_, why);
+      }
+    }
+    cv_.notify_all();
+  }
+  void stream_ended(size_t s) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      eof_[s] = true;
+      if (!stop_) first_->record(peer_, detail::concat("connection to rank ", peer_, " closed (rank ", peer_,
+                                                       " died or left the group)"));
     }
     cv_.notify_all();
   }
@@ -159,7 +204,7 @@ class TcpPair : public Pair {
       size_t slot = seq % K_;
       uint32_t len;
       if (!recv_all(socks_[s].fd(), &len, 4)) {
-        fail(detail::concat("connection to rank ", peer_, " closed (rank ", peer_, " died or left the group)"));
+        stream_ended(s);
         return;
       }
       {
@@ -191,10 +236,13 @@ class TcpPair : public Pair {
   std::condition_variable cv_;
   bool stop_ = false;
   std::string failure_;
+  FirstFailure* first_;
+  std::vector<char> eof_ = std::vector<char>(16, 0);
   std::vector<std::thread> threads_;
 };
 
 struct TcpDomain::Impl {
+  FirstFailure first;
   std::vector<std::unique_ptr<TcpPair>> pairs;
 };
 
@@ -260,7 +308,7 @@ TcpDomain::TcpDomain(Store& store, int rank, int size, const std::vector<int>& p
   }
   for (int p : peers)
     if (p > rank) socks[p] = std::move(by_stream[p]);
-  for (int p : peers) impl_->pairs[p] = std::make_unique<TcpPair>(p, cfg, std::move(socks[p]));
+  for (int p : peers) impl_->pairs[p] = std::make_unique<TcpPair>(p, cfg, std::move(socks[p]), &impl_->first);
 }
 
 TcpDomain::~TcpDomain() = default;

@@ -1,0 +1,140 @@
+// A rank program for the multi-process comm tests. Started N times with RANK, WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT (or by mpirun). Usage: process_group_helper MODE
+//   ops       every op, dtype and count (0, 1, N-1, a prime, ~4 MiB); rank-ordered check
+//   kill      the last rank SIGKILLs itself after a few collectives; the others must get a
+//             CommError naming it within the peer timeout
+//   mismatch  rank 0 calls allreduce, the others broadcast (run with PARATRAIN_DEBUG=detail)
+//   deadline  rank 1 joins its allreduce late; rank 0 must time out naming rank 1
+// Exit code 0 when the rank saw what it should; the failure is printed otherwise.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "comm/comm_check.h"
+#include "paratrain/base/error.h"
+
+using namespace paratrain;
+using namespace paratrain::comm;
+using namespace paratrain::comm::testing;
+
+static int ops() {
+  auto pg = create_process_group_from_env();
+  const int n = pg->size();
+  Report rep;
+  for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::I32, DType::I64})
+    for (size_t count : {size_t(0), size_t(1), size_t(n > 1 ? n - 1 : 2), size_t(101)}) run_all_ops(*pg, dt, count, rep);
+  run_all_ops(*pg, DType::F32, (1u << 20) + 3, rep);
+  if (rep.wrong) {
+    std::fprintf(stderr, "rank %d: %zu wrong elements; first: %s\n", pg->rank(), rep.wrong, rep.first.c_str());
+    return 1;
+  }
+  std::printf("rank %d ok (%s)\n", pg->rank(), pg->backend_name().c_str());
+  return 0;
+}
+
+static int deterministic() {
+  ProcessGroupOptions o;
+  o.deterministic = true;
+  auto pg = create_process_group_from_env(o);
+  const int n = pg->size();
+  for (size_t count : {size_t(1), size_t(12345), size_t(1000003)}) {
+    auto want = in_order_sum(n, count);
+    auto x = random_floats(pg->rank(), count);
+    pg->allreduce(x.data(), count, DType::F32)->wait();
+    if (std::memcmp(x.data(), want.data(), count * 4) != 0) {
+      std::fprintf(stderr, "rank %d: rank-ordered allreduce of %zu floats differs from the in-order sum\n", pg->rank(),
+                   count);
+      return 1;
+    }
+  }
+  std::printf("rank %d deterministic ok\n", pg->rank());
+  return 0;
+}
+
+static int kill_mode() {
+  auto pg = create_process_group_from_env();
+  const int n = pg->size(), victim = n - 1;
+  std::vector<float> x(1 << 16, 1.f);
+  for (int i = 0; i < 3; ++i) pg->allreduce(x.data(), x.size(), DType::F32)->wait();
+  if (pg->rank() == victim) {
+    ::kill(::getpid(), SIGKILL);
+    ::pause();
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    for (int i = 0; i < 100000; ++i) pg->allreduce(x.data(), x.size(), DType::F32)->wait();
+    std::fprintf(stderr, "rank %d: no failure after the peer was killed\n", pg->rank());
+    return 1;
+  } catch (const CommError& e) {
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("rank %d noticed in %.2f s: %s\n", pg->rank(), s, e.what());
+    std::string want = "rank " + std::to_string(victim);
+    if (std::string(e.what()).find(want) == std::string::npos) return 1;
+    // Later calls fail at once.
+    try {
+      pg->barrier()->wait();
+      return 1;
+    } catch (const CommError&) {
+    }
+    return s < 10.0 ? 0 : 1;
+  }
+}
+
+static int mismatch() {
+  auto pg = create_process_group_from_env();
+  std::vector<float> x(64, 1.f);
+  try {
+    if (pg->rank() == 0) pg->allreduce(x.data(), x.size(), DType::F32)->wait();
+    else pg->broadcast(x.data(), 32, DType::F32, 0)->wait();
+  } catch (const CommError& e) {
+    std::printf("rank %d: %s\n", pg->rank(), e.what());
+    std::string m = e.what();
+    return m.find("mismatch") != std::string::npos && m.find("allreduce") != std::string::npos &&
+                   m.find("broadcast") != std::string::npos
+               ? 0
+               : 1;
+  }
+  std::fprintf(stderr, "rank %d: mismatch not detected\n", pg->rank());
+  return 1;
+}
+
+static int deadline() {
+  auto pg = create_process_group_from_env();
+  std::vector<float> x(1000, 1.f);
+  if (pg->rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    try {
+      pg->allreduce(x.data(), x.size(), DType::F32)->wait();
+    } catch (const Error&) {
+    }
+    return 0;
+  }
+  try {
+    pg->allreduce(x.data(), x.size(), DType::F32)->wait();
+  } catch (const TimeoutError& e) {
+    std::printf("rank %d: %s\n", pg->rank(), e.what());
+    return std::string(e.what()).find("not heard from: 1") != std::string::npos ? 0 : 1;
+  }
+  return 1;
+}
+
+int main(int argc, char** argv) {
+  std::string mode = argc > 1 ? argv[1] : "ops";
+  try {
+    if (mode == "ops") return ops();
+    if (mode == "deterministic") return deterministic();
+    if (mode == "kill") return kill_mode();
+    if (mode == "mismatch") return mismatch();
+    if (mode == "deadline") return deadline();
+    std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank program failed: %s\n", e.what());
+    return 1;
+  }
+}

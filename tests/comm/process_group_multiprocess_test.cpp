@@ -1,0 +1,206 @@
+// Multi-process ProcessGroup tests: real ranks (process_group_helper) over shm, tcp and
+// mpi (under a real mpirun), plus the failure cases. Every spawned process has a deadline
+// and is killed if it passes it; the tests check that /dev/shm is left clean.
+#include <dirent.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+const std::string kHelper = std::string(PARATRAIN_TEST_BIN_DIR) + "/process_group_helper";
+
+struct Result {
+  std::vector<int> codes;  // exit code per process (-signal if killed)
+  std::string output;
+  bool timed_out = false;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+int free_port() {
+  // Bind port 0, read the port the kernel chose, release it for rank 0's store.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Starts `procs` processes (argv each), with per-process env additions; waits up to timeout_s.
+Result spawn(const std::vector<std::vector<std::string>>& argvs, const std::vector<std::vector<std::string>>& envs,
+             double timeout_s) {
+  Result res;
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+  for (size_t i = 0; i < argvs.size(); ++i) {
+    std::string log = "/tmp/paratrain_comm_test_" + std::to_string(::getpid()) + "_" + std::to_string(i) + ".log";
+    logs.push_back(log);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::setpgid(0, 0);
+      for (const auto& kv : envs[i]) ::putenv(const_cast<char*>(kv.c_str()));
+      std::vector<char*> args;
+      for (const auto& a : argvs[i]) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execvp(args[0], args.data());
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+  res.codes.assign(pids.size(), -1000);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  size_t left = pids.size();
+  while (left > 0) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (res.codes[i] != -1000) continue;
+      int st = 0;
+      if (::waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+        res.codes[i] = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+        --left;
+      }
+    }
+    if (left > 0 && std::chrono::steady_clock::now() > deadline) {
+      res.timed_out = true;
+      for (size_t i = 0; i < pids.size(); ++i)
+        if (res.codes[i] == -1000) {
+          ::kill(-pids[i], SIGKILL);
+          ::kill(pids[i], SIGKILL);
+          int st;
+          ::waitpid(pids[i], &st, 0);
+          res.codes[i] = -SIGKILL;
+        }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (size_t i = 0; i < logs.size(); ++i) {
+    res.output += "--- process " + std::to_string(i) + " (exit " + std::to_string(res.codes[i]) + ")\n" +
+                  read_file(logs[i]);
+    ::unlink(logs[i].c_str());
+  }
+  return res;
+}
+
+Result run_ranks(int n, const std::string& mode, const std::vector<std::string>& extra_env, double timeout_s = 90) {
+  int port = free_port();
+  std::vector<std::vector<std::string>> argvs, envs;
+  for (int r = 0; r < n; ++r) {
+    argvs.push_back({kHelper, mode});
+    std::vector<std::string> env = {"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r),
+                                    "WORLD_SIZE=" + std::to_string(n), "MASTER_ADDR=127.0.0.1",
+                                    "MASTER_PORT=" + std::to_string(port), "PARATRAIN_TOKEN=test-token"};
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    envs.push_back(env);
+  }
+  return spawn(argvs, envs, timeout_s);
+}
+
+int paratrain_shm_segments() {
+  int count = 0;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d))
+      if (std::string(e->d_name).rfind("paratrain-", 0) == 0) ++count;
+    ::closedir(d);
+  }
+  return count;
+}
+
+void expect_all_ok(const Result& r) {
+  EXPECT_FALSE(r.timed_out) << r.output;
+  for (int c : r.codes) EXPECT_EQ(c, 0) << r.output;
+}
+
+struct Param {
+  const char* backend;
+  int n;
+};
+class MultiProcess : public ::testing::TestWithParam<Param> {};
+
+TEST_P(MultiProcess, EveryOpDtypeAndCount) {
+  auto [backend, n] = GetParam();
+  int before = paratrain_shm_segments();
+  expect_all_ok(run_ranks(n, "ops", {std::string("PARATRAIN_BACKEND=") + backend}));
+  EXPECT_EQ(paratrain_shm_segments(), before);
+}
+
+TEST_P(MultiProcess, RankOrderedAllreduceIsBitIdentical) {
+  auto [backend, n] = GetParam();
+  if (n == 1) GTEST_SKIP();
+  expect_all_ok(run_ranks(n, "deterministic", {std::string("PARATRAIN_BACKEND=") + backend}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Comm, MultiProcess,
+                         ::testing::Values(Param{"shm", 1}, Param{"shm", 2}, Param{"shm", 3}, Param{"shm", 4},
+                                           Param{"tcp", 2}, Param{"tcp", 3}, Param{"tcp", 4}),
+                         [](const auto& info) {
+                           return std::string(info.param.backend) + "_n" + std::to_string(info.param.n);
+                         });
+
+class KilledRank : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(KilledRank, SurvivorsFailNamingTheDeadRankAndShmIsClean) {
+  int before = paratrain_shm_segments();
+  Result r = run_ranks(3, "kill", {std::string("PARATRAIN_BACKEND=") + GetParam(), "PARATRAIN_PEER_TIMEOUT_S=10"}, 60);
+  EXPECT_FALSE(r.timed_out) << r.output;
+  ASSERT_EQ(r.codes.size(), 3u);
+  EXPECT_EQ(r.codes[0], 0) << r.output;
+  EXPECT_EQ(r.codes[1], 0) << r.output;
+  EXPECT_EQ(r.codes[2], -SIGKILL) << r.output;
+  EXPECT_NE(r.output.find("rank 2"), std::string::npos) << r.output;
+  EXPECT_EQ(paratrain_shm_segments(), before);
+}
+
+INSTANTIATE_TEST_SUITE_P(Comm, KilledRank, ::testing::Values("shm", "tcp"));
+
+TEST(MultiProcessFailures, MismatchedCollectiveInDebugMode) {
+  Result r = run_ranks(3, "mismatch", {"PARATRAIN_DEBUG=detail", "PARATRAIN_BACKEND=shm"}, 60);
+  expect_all_ok(r);
+}
+
+TEST(MultiProcessFailures, DeadlinePassesNamingTheMissingRank) {
+  Result r = run_ranks(2, "deadline", {"PARATRAIN_COMM_TIMEOUT_S=1", "PARATRAIN_BACKEND=shm"}, 60);
+  expect_all_ok(r);
+  EXPECT_NE(r.output.find("allreduce #0"), std::string::npos) << r.output;
+}
+
+TEST(MultiProcessMpi, EveryOpUnderMpirun) {
+  if (::access("/usr/bin/mpirun", X_OK) != 0) GTEST_SKIP() << "mpirun not installed";
+  for (int n : {1, 2, 3}) {
+    std::vector<std::vector<std::string>> argvs = {{"mpirun", "-np", std::to_string(n), "--oversubscribe",
+                                                    "--allow-run-as-root", "--mca", "btl", "self,vader",
+                                                    "-x", "PARATRAIN_BACKEND=mpi", kHelper, "ops"}};
+    Result r = spawn(argvs, {{"OMPI_MCA_rmaps_base_oversubscribe=1"}}, 120);
+    EXPECT_FALSE(r.timed_out) << r.output;
+    EXPECT_EQ(r.codes[0], 0) << r.output;
+    EXPECT_NE(r.output.find("(mpi)"), std::string::npos) << r.output;
+  }
+}
+
+}  // namespace
