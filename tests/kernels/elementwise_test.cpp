@@ -92,6 +92,15 @@ TEST(Elementwise, TranscendentalsMatchLibm) {
   EXPECT_EQ(out[4], 1.0f);
   EXPECT_NEAR(out[5] / std::exp(88.0f), 1.0, 1e-6);
   EXPECT_NEAR(out[6] / std::exp(-87.0f), 1.0, 1e-6);
+  gelu_forward(out.data(), x.data(), x.size());
+  EXPECT_NEAR(out[0], 0.0f, 1e-30);
+  EXPECT_EQ(out[1], 1000.0f);
+  EXPECT_TRUE(std::isnan(out[2]));
+  std::vector<float> ones(x.size(), 1.0f), d(x.size(), 0.0f);
+  gelu_backward(d.data(), ones.data(), x.data(), x.size());
+  EXPECT_EQ(d[0], 0.0f);
+  EXPECT_EQ(d[1], 1.0f);
+  EXPECT_FLOAT_EQ(d[4], 0.5f);
   tanh_forward(out.data(), x.data(), x.size());
   EXPECT_EQ(out[0], -1.0f);
   EXPECT_EQ(out[1], 1.0f);

@@ -103,16 +103,21 @@ void relu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
   });
 }
 
+// 0.5 x (1 + tanh(u)) = x * sigmoid(2u) = x / (1 + exp(-2u)), u = beta (x + kappa x^3):
+// one exp and one division, no cancellation. Where -2u > 80 the result is 0 (exactly as
+// in f32 arithmetic of the tanh form).
 void gelu_forward(float* out, const float* inp, int64_t n) {
   each(n, [&](int64_t b, int64_t e) {
 #ifdef PT_KERNELS_AVX2
     using namespace detail;
-    const __m256 beta = _mm256_set1_ps(kGeluBeta), kappa = _mm256_set1_ps(kGeluKappa);
-    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    const __m256 m2beta = _mm256_set1_ps(-2.0f * kGeluBeta), kappa = _mm256_set1_ps(kGeluKappa);
+    const __m256 one = _mm256_set1_ps(1.0f), cap = _mm256_set1_ps(80.0f);
     map_unary(out + b, inp + b, e - b, [&](__m256 x) {
       __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
-      __m256 u = _mm256_mul_ps(beta, _mm256_fmadd_ps(kappa, x3, x));
-      return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, tanh256(u)));
+      __m256 z = _mm256_mul_ps(m2beta, _mm256_fmadd_ps(kappa, x3, x));
+      __m256 vanish = _mm256_cmp_ps(z, cap, _CMP_GT_OQ);  // sigmoid(2u) < 2e-35: gelu is 0
+      __m256 r = _mm256_div_ps(x, _mm256_add_ps(one, exp256(_mm256_min_ps(z, cap))));
+      return _mm256_andnot_ps(vanish, r);
     }, [](float x) { return x; });
 #else
     for (int64_t i = b; i < e; ++i) {
@@ -133,15 +138,21 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
     const __m256 beta = _mm256_set1_ps(kGeluBeta), kappa = _mm256_set1_ps(kGeluKappa);
     const __m256 kappa3 = _mm256_set1_ps(3.0f * kGeluKappa);
     const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    // With s = sigmoid(2u) = 1/(1 + e), e = exp(-2u): 1 + t = 2s, 1 - t^2 = 4 s (1 - s) and
+    // 1 - s = e s, so gelu' = s + 2 x s (e s) beta (1 + 3 kappa x^2).
+    const __m256 m2 = _mm256_set1_ps(-2.0f), two = _mm256_set1_ps(2.0f), cap = _mm256_set1_ps(80.0f);
+    (void)half;
     auto grad = [&](__m256 x, __m256 g) {
       __m256 x2 = _mm256_mul_ps(x, x);
       __m256 u = _mm256_mul_ps(beta, _mm256_fmadd_ps(_mm256_mul_ps(kappa, x2), x, x));
-      __m256 t = tanh256(u);
-      __m256 left_d = _mm256_mul_ps(half, _mm256_add_ps(one, t));
-      __m256 sech2 = _mm256_fnmadd_ps(t, t, one);
-      __m256 right_d = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(half, x), sech2),
-                                     _mm256_mul_ps(beta, _mm256_fmadd_ps(kappa3, x2, one)));
-      return _mm256_mul_ps(g, _mm256_add_ps(left_d, right_d));
+      __m256 z = _mm256_mul_ps(m2, u);
+      __m256 vanish = _mm256_cmp_ps(z, cap, _CMP_GT_OQ);  // gelu' underflows to 0
+      __m256 ex = exp256(_mm256_min_ps(z, cap));
+      __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, ex));
+      __m256 one_minus_s = _mm256_mul_ps(ex, s);
+      __m256 poly = _mm256_mul_ps(beta, _mm256_fmadd_ps(kappa3, x2, one));
+      __m256 right = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(two, x), _mm256_mul_ps(s, one_minus_s)), poly);
+      return _mm256_mul_ps(g, _mm256_andnot_ps(vanish, _mm256_add_ps(s, right)));  // NaN/inf g propagates
     };
     for (; i + 8 <= e; i += 8) {
       __m256 d = grad(_mm256_loadu_ps(inp + i), _mm256_loadu_ps(dout + i));
