@@ -2,6 +2,8 @@
 
 #include <unordered_map>
 
+#include "paratrain/autograd/profiler.h"
+
 namespace paratrain::autograd {
 
 namespace {
@@ -91,8 +93,12 @@ namespace {
 void accumulate_leaf(AutogradMeta& meta, const Tensor& g) {
   if (!g.defined()) return;
   if (!meta.grad) {
-    // Own a fresh buffer: the incoming gradient may be a view of something else.
-    meta.grad = std::make_shared<Tensor>(g.clone());
+    // Take the incoming gradient as .grad when nothing else refers to its storage (the usual
+    // case: a buffer the op just made); otherwise own a fresh copy, since it may be a view of
+    // something the graph still uses.
+    const bool exclusive = g.storage().use_count() == 1 && g.is_contiguous() && g.offset() == 0 &&
+                           g.nbytes() == g.storage()->nbytes() && !g.autograd_meta_ptr();
+    meta.grad = std::make_shared<Tensor>(exclusive ? g : g.clone());
   } else {
     accumulate_into(*meta.grad, g);
   }
@@ -172,7 +178,11 @@ void backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
     if (found == pending.end()) continue;  // no gradient reached this node
     std::vector<Tensor> grads_out = std::move(found->second.grads);
     pending.erase(found);
-    std::vector<Tensor> grads_in = node->backward(grads_out);
+    std::vector<Tensor> grads_in;
+    {
+      profiler::OpScope scope(node->name(), true);
+      grads_in = node->backward(grads_out);
+    }
     grads_out.clear();
     auto& edges = node->next_edges();
     PT_CHECK(grads_in.size() == edges.size(), node->name(), " returned ", grads_in.size(), " gradients for ",

@@ -19,6 +19,7 @@ const std::vector<VarInfo>& declared() {
       {"PARATRAIN_SEGMENT_BYTES", "0", "ring segment size in bytes (0 = automatic)"},
       {"PARATRAIN_TCP_ADDR", "", "address this rank advertises for tcp connections (default: first non-loopback IPv4)"},
       {"PARATRAIN_STORE_EXTERNAL", "0", "1 = the store is hosted by the launcher; rank 0 does not start one"},
+      {"PARATRAIN_PROFILE", "0", "1 = time every op forward and backward and print a table after training"},
       {"PARATRAIN_LOG", "info", "log level: debug|info|warn|error"},
   };
   return vars;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "paratrain/autograd/engine.h"
+#include "paratrain/autograd/profiler.h"
 #include "paratrain/base/env.h"
 #include "paratrain/checkpoint/safetensors.h"
 #include "paratrain/data/fashion_mnist.h"
@@ -333,6 +334,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   log << "done: " << steps << " steps in " << monitor::format_duration(seconds_since(t_start)) << ", "
       << std::setprecision(0) << std::fixed << rate << (task->counts_tokens() ? " tokens/s" : " samples/s")
       << ", peak memory " << std::setprecision(1) << static_cast<double>(result.peak_bytes) / (1 << 20) << " MiB\n";
+  if (autograd::profiler::enabled()) log << autograd::profiler::report();
   if (!cfg.save_final.empty()) {
     checkpoint::save_safetensors(cfg.save_final, model.state_dict(), task->metadata());
     log << "saved " << cfg.save_final << "\n";

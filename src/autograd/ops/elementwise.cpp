@@ -1,12 +1,14 @@
 // Elementwise ops, reductions to a scalar, and reshape.
 #include "common.h"
 #include "paratrain/autograd/ops.h"
+#include "paratrain/autograd/profiler.h"
 
 namespace paratrain::ops {
 
 using namespace detail;
 
 Tensor add(const Tensor& a_in, const Tensor& b_in) {
+  autograd::profiler::OpScope op_scope("add", false);
   expect_same_shape(a_in, b_in, "add");
   Tensor a = f32_contiguous(a_in, "add", "a"), b = f32_contiguous(b_in, "add", "b");
   Tensor out = Tensor::empty(a.shape());
@@ -17,6 +19,7 @@ Tensor add(const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor sub(const Tensor& a_in, const Tensor& b_in) {
+  autograd::profiler::OpScope op_scope("sub", false);
   expect_same_shape(a_in, b_in, "sub");
   Tensor a = f32_contiguous(a_in, "sub", "a"), b = f32_contiguous(b_in, "sub", "b");
   Tensor out = Tensor::empty(a.shape());
@@ -32,6 +35,7 @@ Tensor sub(const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor mul(const Tensor& a_in, const Tensor& b_in) {
+  autograd::profiler::OpScope op_scope("mul", false);
   expect_same_shape(a_in, b_in, "mul");
   Tensor a = f32_contiguous(a_in, "mul", "a"), b = f32_contiguous(b_in, "mul", "b");
   Tensor out = Tensor::empty(a.shape());
@@ -50,6 +54,7 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor scale(const Tensor& a_in, float s) {
+  autograd::profiler::OpScope op_scope("scale", false);
   Tensor a = f32_contiguous(a_in, "scale", "a");
   Tensor out = Tensor::empty(a.shape());
   k::scale(out.data<float>(), a.data<float>(), s, a.numel());
@@ -81,10 +86,22 @@ static Tensor activation(const char* name, const Tensor& x_in, Fwd fwd, Bwd bwd,
   return out;
 }
 
-Tensor relu(const Tensor& x) { return activation("relu", x, k::relu_forward, k::relu_backward, false); }
-Tensor gelu(const Tensor& x) { return activation("gelu", x, k::gelu_forward, k::gelu_backward, false); }
-Tensor tanh(const Tensor& x) { return activation("tanh", x, k::tanh_forward, k::tanh_backward, true); }
-Tensor sigmoid(const Tensor& x) { return activation("sigmoid", x, k::sigmoid_forward, k::sigmoid_backward, true); }
+Tensor relu(const Tensor& x) {
+  autograd::profiler::OpScope op_scope("relu", false);
+  return activation("relu", x, k::relu_forward, k::relu_backward, false);
+}
+Tensor gelu(const Tensor& x) {
+  autograd::profiler::OpScope op_scope("gelu", false);
+  return activation("gelu", x, k::gelu_forward, k::gelu_backward, false);
+}
+Tensor tanh(const Tensor& x) {
+  autograd::profiler::OpScope op_scope("tanh", false);
+  return activation("tanh", x, k::tanh_forward, k::tanh_backward, true);
+}
+Tensor sigmoid(const Tensor& x) {
+  autograd::profiler::OpScope op_scope("sigmoid", false);
+  return activation("sigmoid", x, k::sigmoid_forward, k::sigmoid_backward, true);
+}
 
 static Tensor reduce_scalar(const char* name, const Tensor& x_in, double factor) {
   Tensor x = f32_contiguous(x_in, name, "input");
@@ -98,10 +115,17 @@ static Tensor reduce_scalar(const char* name, const Tensor& x_in, double factor)
   return out;
 }
 
-Tensor sum(const Tensor& x) { return reduce_scalar("sum", x, 1.0); }
-Tensor mean(const Tensor& x) { return reduce_scalar("mean", x, x.numel() ? 1.0 / static_cast<double>(x.numel()) : 0.0); }
+Tensor sum(const Tensor& x) {
+  autograd::profiler::OpScope op_scope("sum", false);
+  return reduce_scalar("sum", x, 1.0);
+}
+Tensor mean(const Tensor& x) {
+  autograd::profiler::OpScope op_scope("mean", false);
+  return reduce_scalar("mean", x, x.numel() ? 1.0 / static_cast<double>(x.numel()) : 0.0);
+}
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
+  autograd::profiler::OpScope op_scope("reshape", false);
   Tensor out = x.detach().reshape(shape);
   if (autograd::any_requires_grad({&x})) {
     Shape in_shape = x.shape();
@@ -113,6 +137,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
 }
 
 Tensor dropout(const Tensor& x_in, float p, bool training, Generator& gen) {
+  autograd::profiler::OpScope op_scope("dropout", false);
   if (p < 0.0f || p >= 1.0f) PT_THROW(InputError, "dropout: probability ", p, " is outside [0, 1)");
   if (!training || p == 0.0f) return x_in;
   Tensor x = f32_contiguous(x_in, "dropout", "input");

@@ -1,6 +1,7 @@
 // matmul, bmm and linear (GEMM through the kernels layer).
 #include "common.h"
 #include "paratrain/autograd/ops.h"
+#include "paratrain/autograd/profiler.h"
 
 namespace paratrain::ops {
 
@@ -37,6 +38,7 @@ void backward_gemm(float* da, float* db, const float* dout, const float* a, cons
 }  // namespace
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool in_out_layout) {
+  autograd::profiler::OpScope op_scope("linear", false);
   Tensor x = f32_contiguous(x_in, "linear", "input");
   Tensor w = f32_contiguous(w_in, "linear", "weight");
   if (w.dim() != 2 || x.dim() < 1) PT_THROW(InputError, "linear: weight must be 2-D, got ", shape_str(w.shape()));
@@ -83,6 +85,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_b) {
 }
 
 Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
+  autograd::profiler::OpScope op_scope("bmm", false);
   Tensor a = f32_contiguous(a_in, "bmm", "a"), b = f32_contiguous(b_in, "bmm", "b");
   if (a.dim() != 3 || b.dim() != 3 || a.size(0) != b.size(0) || a.size(2) != b.size(1))
     PT_THROW(InputError, "bmm: shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()), " do not fit");

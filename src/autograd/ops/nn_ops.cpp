@@ -2,6 +2,7 @@
 // convolution and pooling.
 #include "common.h"
 #include "paratrain/autograd/ops.h"
+#include "paratrain/autograd/profiler.h"
 
 namespace paratrain::ops {
 
@@ -9,6 +10,7 @@ using namespace detail;
 using autograd::Node;
 
 Tensor layer_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, float eps) {
+  autograd::profiler::OpScope op_scope("layer_norm", false);
   Tensor x = f32_contiguous(x_in, "layer_norm", "input");
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
   Tensor w, b;
@@ -57,12 +59,17 @@ static Tensor row_softmax(const char* name, const Tensor& x_in, Fwd fwd, Bwd bwd
   return out;
 }
 
-Tensor softmax(const Tensor& x) { return row_softmax("softmax", x, k::softmax_forward, k::softmax_backward); }
+Tensor softmax(const Tensor& x) {
+  autograd::profiler::OpScope op_scope("softmax", false);
+  return row_softmax("softmax", x, k::softmax_forward, k::softmax_backward);
+}
 Tensor log_softmax(const Tensor& x) {
+  autograd::profiler::OpScope op_scope("log_softmax", false);
   return row_softmax("log_softmax", x, k::log_softmax_forward, k::log_softmax_backward);
 }
 
 Tensor embedding(const Tensor& tokens_in, const Tensor& wte_in) {
+  autograd::profiler::OpScope op_scope("embedding", false);
   Tensor tokens = i32_contiguous(tokens_in, "embedding", "tokens");
   Tensor wte = f32_contiguous(wte_in, "embedding", "weight");
   if (wte.dim() != 2) PT_THROW(InputError, "embedding: weight must be 2-D, got ", shape_str(wte.shape()));
@@ -83,6 +90,7 @@ Tensor embedding(const Tensor& tokens_in, const Tensor& wte_in) {
 }
 
 Tensor gpt_embedding(const Tensor& tokens_in, const Tensor& wte_in, const Tensor& wpe_in) {
+  autograd::profiler::OpScope op_scope("gpt_embedding", false);
   Tensor tokens = i32_contiguous(tokens_in, "gpt_embedding", "tokens");
   Tensor wte = f32_contiguous(wte_in, "gpt_embedding", "wte");
   Tensor wpe = f32_contiguous(wpe_in, "gpt_embedding", "wpe");
@@ -110,6 +118,7 @@ Tensor gpt_embedding(const Tensor& tokens_in, const Tensor& wte_in, const Tensor
 }
 
 Tensor causal_self_attention(const Tensor& qkv_in, int64_t n_head) {
+  autograd::profiler::OpScope op_scope("causal_self_attention", false);
   Tensor qkv = f32_contiguous(qkv_in, "causal_self_attention", "qkv");
   if (qkv.dim() != 3 || qkv.size(2) % 3 != 0)
     PT_THROW(InputError, "causal_self_attention: qkv must be (B,T,3C), got ", shape_str(qkv.shape()));
@@ -132,6 +141,7 @@ Tensor causal_self_attention(const Tensor& qkv_in, int64_t n_head) {
 }
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in) {
+  autograd::profiler::OpScope op_scope("cross_entropy", false);
   Tensor logits = f32_contiguous(logits_in, "cross_entropy", "logits");
   Tensor targets = i32_contiguous(targets_in, "cross_entropy", "targets");
   const int64_t V = logits.size(-1), N = logits.numel() / std::max<int64_t>(V, 1);
@@ -161,6 +171,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in) {
 }
 
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_t stride, int64_t padding) {
+  autograd::profiler::OpScope op_scope("conv2d", false);
   Tensor x = f32_contiguous(x_in, "conv2d", "input"), w = f32_contiguous(w_in, "conv2d", "weight");
   if (x.dim() != 4 || w.dim() != 4 || w.size(1) != x.size(1) || w.size(2) != w.size(3))
     PT_THROW(InputError, "conv2d: input ", shape_str(x.shape()), " does not fit weight ", shape_str(w.shape()));
@@ -192,6 +203,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_
 }
 
 Tensor max_pool2d(const Tensor& x_in, int64_t kernel, int64_t stride, int64_t padding) {
+  autograd::profiler::OpScope op_scope("max_pool2d", false);
   Tensor x = f32_contiguous(x_in, "max_pool2d", "input");
   if (x.dim() != 4) PT_THROW(InputError, "max_pool2d: input must be (N,C,H,W), got ", shape_str(x.shape()));
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
