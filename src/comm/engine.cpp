@@ -1,5 +1,7 @@
 #include "comm/engine.h"
 
+#include <chrono>
+
 #include "paratrain/base/error.h"
 
 namespace paratrain::comm {
@@ -65,6 +67,15 @@ void Engine::loop() {
     cv_.wait(l, [&] { return (stop_ && queue_.empty() && !executing_) || (!queue_.empty() && !executing_); });
     thread_idle_ = false;
     if (queue_.empty()) return;  // stop_
+    if (!stop_) {
+      // Give the submitting thread a moment to call wait() and run the work itself (no
+      // hand-off between threads); take the work only if nobody did.
+      l.unlock();
+      auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+      while (std::chrono::steady_clock::now() < until) std::this_thread::yield();
+      l.lock();
+      if (queue_.empty() || executing_) continue;
+    }
     Task t = std::move(queue_.front());
     queue_.pop_front();
     run(t, l);

@@ -188,11 +188,17 @@ class ShmPair : public Pair {
   template <typename Ready, typename Expected>
   void wait_until(Ready ready, std::atomic<uint32_t>* word, std::atomic<uint32_t>* sleeping, Expected expected,
                   const Deadline& deadline, const char* what) {
-    for (int i = 0; i < 4000; ++i) {
-      if (ready()) return;
-      _mm_pause();
+    // Spin ~100 us (the peer is usually on another core and a few hundred ns away), then
+    // yield for ~2 ms (oversubscribed hosts), then sleep on the futex.
+    auto start = Clock::now();
+    for (;;) {
+      for (int i = 0; i < 256; ++i) {
+        if (ready()) return;
+        _mm_pause();
+      }
+      if (Clock::now() - start > std::chrono::microseconds(100)) break;
     }
-    for (int i = 0; i < 200; ++i) {
+    while (Clock::now() - start < std::chrono::milliseconds(2)) {
       if (ready()) return;
       ::sched_yield();
     }
