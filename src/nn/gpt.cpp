@@ -33,9 +33,11 @@ void GPTConfig::validate() const {
 }
 
 double GPTConfig::flops_per_token() const {
-  const double C = static_cast<double>(n_embd);
-  const double matmul_params = static_cast<double>(n_layer) * 12.0 * C * C + static_cast<double>(vocab_size) * C;
-  return 6.0 * matmul_params + 6.0 * static_cast<double>(n_layer) * static_cast<double>(block_size) * C;
+  // 6N + 12 L C T (the PaLM / nanoGPT estimate), N = every parameter except wpe (the tied LM
+  // head is counted once, through wte). bench/torch_gpt_train.py uses the same formula.
+  const double C = static_cast<double>(n_embd), L = static_cast<double>(n_layer);
+  const double n = static_cast<double>(vocab_size) * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+  return 6.0 * n + 12.0 * L * C * static_cast<double>(block_size);
 }
 
 namespace {

@@ -29,8 +29,8 @@ struct GPTConfig {
   static GPTConfig preset(const std::string& name);
   // InputError when a size is not positive or n_embd % n_head != 0.
   void validate() const;
-  // Training FLOPs per token: 6 * (parameters in matmuls, LM head included)
-  // + 6 * n_layer * block_size * n_embd (attention scores and weighted sums, fwd + bwd).
+  // Training FLOPs per token: 6N + 12 * n_layer * n_embd * block_size, N = parameters
+  // without wpe (the PaLM / nanoGPT estimate; bench/torch_gpt_train.py uses the same).
   double flops_per_token() const;
 };
 
