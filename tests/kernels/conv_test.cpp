@@ -36,7 +36,7 @@ std::vector<double> conv_ref(const std::vector<float>& x, const std::vector<floa
 TEST(Conv2d, ForwardMatchesReference) {
   struct Case { int64_t N, Ci, H, W, Co, K, s, p; };
   for (Case c : {Case{1, 1, 1, 1, 1, 1, 1, 0}, Case{2, 3, 7, 5, 4, 3, 1, 1}, Case{3, 2, 9, 9, 5, 3, 2, 0},
-                 Case{2, 1, 28, 28, 8, 5, 1, 2}}) {
+                 Case{2, 1, 28, 28, 8, 5, 1, 2}, Case{40, 16, 28, 28, 4, 3, 1, 1} /* 2 chunks */}) {
     auto x = randn(c.N * c.Ci * c.H * c.W, 1), w = randn(c.Co * c.Ci * c.K * c.K, 2), b = randn(c.Co, 3);
     const int64_t Ho = conv2d_out_size(c.H, c.K, c.s, c.p), Wo = conv2d_out_size(c.W, c.K, c.s, c.p);
     std::vector<float> out(c.N * c.Co * Ho * Wo);
@@ -65,6 +65,20 @@ TEST(Conv2d, BackwardGradCheck) {
   auto dw1 = dw;
   conv2d_backward(nullptr, dw.data(), nullptr, g.data(), x.data(), w.data(), N, Ci, H, W, Co, K, s, p);
   for (size_t i = 0; i < dw.size(); ++i) EXPECT_NEAR(dw[i], 2 * dw1[i], 1e-4);
+}
+
+// Big enough for the images to be processed in two chunks: the result must equal image-by-
+// image calls.
+TEST(Conv2d, ChunkedBackwardEqualsPerImage) {
+  const int64_t N = 40, Ci = 16, H = 28, W = 28, Co = 4, K = 3, s = 1, p = 1, L = 28 * 28;
+  auto x = randn(N * Ci * H * W, 11, 0.5f), w = randn(Co * Ci * K * K, 12), g = randn(N * Co * L, 13);
+  std::vector<float> dx(x.size(), 0.0f), dw(w.size(), 0.0f), dx1(x.size(), 0.0f), dw1(w.size(), 0.0f);
+  conv2d_backward(dx.data(), dw.data(), nullptr, g.data(), x.data(), w.data(), N, Ci, H, W, Co, K, s, p);
+  for (int64_t n = 0; n < N; ++n)
+    conv2d_backward(dx1.data() + n * Ci * H * W, dw1.data(), nullptr, g.data() + n * Co * L,
+                    x.data() + n * Ci * H * W, w.data(), 1, Ci, H, W, Co, K, s, p);
+  EXPECT_TRUE(all_close(dx, dx1, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(dw, dw1, 1e-3, 1e-4));
 }
 
 TEST(MaxPool2d, ForwardBackward) {
