@@ -1,0 +1,139 @@
+// DistributedDataParallel: the same model on every rank, gradients averaged over ranks,
+// communication overlapped with the backward pass (docs/ddp.md).
+//
+// Construction (collective over the group): every rank's parameter list (names, shapes,
+// dtypes, in registration order) is fingerprinted and compared through an allgather; a
+// difference is an InputError on every rank naming the first differing parameter on both
+// sides. Then every parameter is broadcast from rank 0.
+//
+// Buckets: parameters are packed, in reverse order of registration (roughly the order the
+// backward pass finishes them), into buckets of about `bucket_bytes` (the first one
+// `first_bucket_bytes`, so communication starts early). Each bucket owns one flat f32 buffer
+// and every parameter's .grad is a view into it, so the autograd engine accumulates straight
+// into the buffer. A grad-ready hook (autograd/engine.h) marks each parameter ready; when a
+// bucket's last parameter is ready (and every earlier bucket has been launched) its
+// all-reduce starts asynchronously on the group's thread while backward continues. After the
+// first synchronised step the buckets are rebuilt once in the order gradients actually
+// became ready (rank 0's order, broadcast, so all ranks agree).
+//
+// One optimizer step:
+//   ddp.zero_grad();                                 // zeroes the buckets, rebinds .grad
+//   for k in 0..K-1:
+//     std::optional<NoSync> ns; if (k < K-1) ns.emplace(ddp.no_sync());
+//     autograd::backward(loss_k, seed ddp.backward_seed(K));
+//   ddp.finish();                                    // waits; .grad = global mean gradient
+//
+// Modes:
+//  - default: the backward seed is 1/K (the micro-batch losses are averaged locally), the
+//    buckets are summed over ranks and finish() multiplies by 1/world.
+//  - deterministic: each micro-step's gradient is computed unscaled (seed 1) into a zeroed
+//    buffer and added, in micro-step order, to an accumulator; the accumulators are summed
+//    over ranks in rank order 0..n-1 (the group must be created with `deterministic`), and
+//    finish() multiplies by 1/(micro-steps x world). With one micro-step per rank this is
+//    bit-identical to one process (a group of one, or no group) accumulating the same n
+//    micro-batches in the same order.
+//  - find_unused_parameters: parameters that got no gradient in the synchronised backward
+//    count as ready at finish() (their local gradient, zero if untouched, is reduced).
+//    Without it, such parameters make finish() throw an InputError naming them (instead of
+//    waiting forever for a bucket that can never be complete).
+//
+// A null group (or a group of one) communicates nothing; the gradient arithmetic is the
+// same, which is how one process reproduces a data-parallel run bit for bit.
+//
+// Thread-safety: one thread drives a DDP object (its backward passes and calls). Lifetime:
+// the module must outlive it; the hooks it registers become no-ops when it is destroyed.
+// Every wait has a deadline (DdpOptions::timeout_s, else the group's per-call deadline).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "paratrain/comm/process_group.h"
+#include "paratrain/nn/module.h"
+
+namespace paratrain::parallel {
+
+struct DdpOptions {
+  size_t bucket_bytes = size_t(25) << 20;       // target bucket size
+  size_t first_bucket_bytes = size_t(1) << 20;  // the first bucket (last layers) is small
+  bool find_unused_parameters = false;
+  bool deterministic = false;  // rank-ordered sums (needs a group with options().deterministic)
+  bool broadcast_parameters = true;  // copy rank 0's parameters to every rank at construction
+  bool reorder_buckets = true;       // rebuild buckets once by the observed ready order
+  double timeout_s = 0;              // finish() deadline per bucket; 0 = the group's deadline
+};
+
+// Timings of the last finish(), in milliseconds.
+struct DdpStepStats {
+  double comm_ms = 0;          // first bucket launch to last bucket completion
+  double exposed_comm_ms = 0;  // time finish() spent waiting (communication not hidden)
+  int64_t buckets = 0;
+  int64_t bytes = 0;  // bytes all-reduced
+};
+
+class DistributedDataParallel {
+ public:
+  // Collective over `pg` (may be null: one process). Throws InputError on a parameter
+  // mismatch across ranks or a non-f32 parameter.
+  DistributedDataParallel(nn::Module& module, std::shared_ptr<comm::ProcessGroup> pg, DdpOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  nn::Module& module() { return module_; }
+  int rank() const;
+  int world_size() const;
+  const DdpOptions& options() const;
+
+  // Starts an optimizer step: applies a pending bucket rebuild (collective), zeroes every
+  // bucket and points each parameter's .grad at its bucket view.
+  void zero_grad();
+
+  // While a NoSync lives, backward passes accumulate locally and communicate nothing.
+  class NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel& ddp);
+    ~NoSync();
+    NoSync(NoSync&& other) noexcept;
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+    NoSync& operator=(NoSync&&) = delete;
+
+   private:
+    DistributedDataParallel* ddp_;
+    bool prev_;
+  };
+  NoSync no_sync() { return NoSync(*this); }
+
+  // The backward seed for a loss that is one of `grad_accum` micro-batches of a step:
+  // 1/grad_accum normally, 1 in deterministic mode (finish() divides instead).
+  float backward_seed(int64_t grad_accum) const;
+
+  // Ends the synchronised backward: launches what is left, waits for every bucket (deadline),
+  // scales, and leaves the global mean gradient in every .grad. InputError naming the
+  // parameters that got no gradient (without find_unused_parameters); the comm layer's
+  // CommError/TimeoutError on a communication failure.
+  void finish();
+
+  const DdpStepStats& last_stats() const;
+  // Parameter names per bucket, in launch order (for tests and docs).
+  std::vector<std::vector<std::string>> bucket_names() const;
+  // True once the buckets were rebuilt in ready order.
+  bool buckets_rebuilt() const;
+
+  struct Impl;
+
+ private:
+  nn::Module& module_;
+  std::shared_ptr<Impl> impl_;
+};
+
+using NoSync = DistributedDataParallel::NoSync;
+
+// 64-bit FNV-1a of a parameter's "name|dtype|shape" description (the DDP fingerprint).
+uint64_t parameter_fingerprint(const std::string& name, const Tensor& t);
+
+}  // namespace paratrain::parallel

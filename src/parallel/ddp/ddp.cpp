@@ -1,0 +1,439 @@
+// DistributedDataParallel: the reducer (buckets, grad-ready hooks, overlapped all-reduce).
+//
+// The story of one synchronised step, as seen from the hooks:
+//   1. zero_grad() zeroes each bucket's flat buffer and makes every .grad a view of it.
+//   2. backward runs; the engine adds each parameter's gradient into its view in place and,
+//      when the gradient is final, calls on_ready(i). In deterministic mode on_ready first
+//      moves the micro-step's gradient into the accumulator (acc += g; g = 0).
+//   3. On a synchronised pass, on_ready marks the parameter ready; when a bucket has no
+//      pending parameters left, it and every following complete bucket are launched in
+//      bucket order (never out of order: all ranks must issue the same collective sequence).
+//   4. finish() handles parameters that never became ready (unused), waits for the buckets
+//      with a deadline, scales by 1/world (or 1/(micro-steps x world)), and remembers the
+//      ready order of the first step so the next zero_grad() can rebuild the buckets.
+#include "paratrain/parallel/ddp.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+#include "paratrain/autograd/engine.h"
+#include "paratrain/base/error.h"
+
+namespace paratrain::parallel {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string describe(const std::string& name, const Tensor& t) {
+  return name + " " + dtype_name(t.dtype()) + " [" + shape_str(t.shape()) + "]";
+}
+
+// acc += g; g = 0 (contiguous f32, n elements). Elementwise, so the thread split does not
+// change a single bit.
+void move_add(float* acc, float* g, int64_t n) {
+#pragma omp parallel for simd if (n > (1 << 16)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    acc[i] += g[i];
+    g[i] = 0.0f;
+  }
+}
+
+void scale(float* p, int64_t n, float s) {
+#pragma omp parallel for simd if (n > (1 << 16)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) p[i] *= s;
+}
+
+void wait_work(const comm::WorkPtr& w, double timeout_s) {
+  if (!w) return;
+  w->wait(std::chrono::milliseconds(timeout_s > 0 ? static_cast<int64_t>(timeout_s * 1000) : 0));
+}
+}  // namespace
+
+uint64_t parameter_fingerprint(const std::string& name, const Tensor& t) {
+  return fnv1a(name + "|" + dtype_name(t.dtype()) + "|" + shape_str(t.shape()));
+}
+
+struct DistributedDataParallel::Impl {
+  struct Param {
+    std::string name;
+    Tensor param;
+    int bucket = -1;
+    Tensor view;        // .grad: a view of the bucket's flat buffer
+    Tensor accum_view;  // deterministic: the accumulator's view
+    bool ready = false;
+    int64_t passes = 0;  // backward passes that reached it since zero_grad (deterministic)
+  };
+  struct Bucket {
+    std::vector<int> params;
+    Tensor flat;   // gradients, f32 [numel]
+    Tensor accum;  // deterministic: accumulated micro-step gradients
+    int pending = 0;
+    comm::WorkPtr work;
+    bool launched = false;
+  };
+
+  std::shared_ptr<comm::ProcessGroup> pg;
+  DdpOptions opts;
+  int rank = 0, world = 1;
+  std::vector<Param> params;
+  std::vector<Bucket> buckets;
+  int next_launch = 0;
+  bool no_sync = false;
+  bool recording = true;  // the first synchronised pass records the ready order
+  std::vector<int> ready_order;
+  bool rebuild_pending = false, rebuilt = false;
+  bool any_launched = false;
+  Clock::time_point first_launch;
+  DdpStepStats stats;
+
+  bool communicates() const { return pg && world > 1; }
+
+  void build_buckets(const std::vector<int>& order) {
+    buckets.clear();
+    size_t cap = opts.first_bucket_bytes > 0 ? opts.first_bucket_bytes : opts.bucket_bytes;
+    Bucket cur;
+    size_t cur_bytes = 0;
+    for (int i : order) {
+      const size_t bytes = params[i].param.nbytes();
+      if (!cur.params.empty() && cur_bytes + bytes > cap) {
+        buckets.push_back(std::move(cur));
+        cur = Bucket();
+        cur_bytes = 0;
+        cap = opts.bucket_bytes;
+      }
+      cur.params.push_back(i);
+      cur_bytes += bytes;
+    }
+    if (!cur.params.empty()) buckets.push_back(std::move(cur));
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      Bucket& bk = buckets[b];
+      int64_t total = 0;
+      for (int i : bk.params) total += params[i].param.numel();
+      bk.flat = Tensor::zeros({total});
+      if (opts.deterministic) bk.accum = Tensor::zeros({total});
+      int64_t off = 0;
+      for (int i : bk.params) {
+        Param& p = params[i];
+        const int64_t n = p.param.numel();
+        p.bucket = static_cast<int>(b);
+        p.view = bk.flat.narrow(0, off, n).view(p.param.shape());
+        if (opts.deterministic) p.accum_view = bk.accum.narrow(0, off, n).view(p.param.shape());
+        off += n;
+      }
+      bk.pending = static_cast<int>(bk.params.size());
+    }
+  }
+
+  void reset_step_state() {
+    for (auto& p : params) p.ready = false;
+    for (auto& b : buckets) {
+      b.pending = static_cast<int>(b.params.size());
+      b.work.reset();
+      b.launched = false;
+    }
+    next_launch = 0;
+    any_launched = false;
+  }
+
+  void launch(Bucket& b) {
+    if (!any_launched) {
+      any_launched = true;
+      first_launch = Clock::now();
+    }
+    b.launched = true;
+    if (!communicates()) return;
+    Tensor& buf = opts.deterministic ? b.accum : b.flat;
+    b.work = pg->allreduce(buf.data_ptr(), static_cast<size_t>(buf.numel()), DType::F32, comm::ReduceOp::kSum);
+  }
+
+  void launch_ready() {
+    while (next_launch < static_cast<int>(buckets.size()) && buckets[next_launch].pending == 0)
+      launch(buckets[next_launch++]);
+  }
+
+  void mark_ready(int i) {
+    Param& p = params[i];
+    p.ready = true;
+    if (recording) ready_order.push_back(i);
+    if (--buckets[p.bucket].pending == 0) launch_ready();
+  }
+
+  void on_ready(int i, Tensor& grad) {
+    Param& p = params[i];
+    if (!grad.defined()) return;
+    if (grad.data_ptr() != p.view.data_ptr()) {
+      // .grad was replaced (set to none, or assigned): fold it into the bucket. The engine
+      // passes *meta.grad by reference, so assign in place rather than set_grad().
+      p.view.copy_(grad);
+      grad = p.view;
+    }
+    if (opts.deterministic) {
+      move_add(p.accum_view.data<float>(), p.view.data<float>(), p.view.numel());
+      p.passes++;
+    }
+    if (no_sync) return;
+    if (p.ready)
+      PT_THROW(InputError, "DistributedDataParallel: parameter ", p.name,
+               " received a gradient twice in one synchronised step (call backward once per step outside "
+               "no_sync(), then finish())");
+    mark_ready(i);
+  }
+
+  void wait_all_quietly() {
+    for (auto& b : buckets) {
+      if (!b.work) continue;
+      try {
+        wait_work(b.work, opts.timeout_s);
+      } catch (const std::exception&) {
+      }
+    }
+  }
+
+  void rebuild() {
+    const int n = static_cast<int>(params.size());
+    std::vector<int64_t> order;
+    std::vector<bool> seen(n, false);
+    for (int i : ready_order)
+      if (!seen[i]) order.push_back(i), seen[i] = true;
+    for (const auto& b : buckets)
+      for (int i : b.params)
+        if (!seen[i]) order.push_back(i), seen[i] = true;
+    if (communicates()) {
+      pg->broadcast(order.data(), order.size(), DType::I64, 0)->wait();
+      std::vector<bool> got(n, false);
+      for (int64_t i : order) {
+        PT_CHECK(i >= 0 && i < n && !got[i], "rank 0's bucket order is not a permutation");
+        got[i] = true;
+      }
+    }
+    std::vector<int> o(order.begin(), order.end());
+    build_buckets(o);
+  }
+};
+
+DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared_ptr<comm::ProcessGroup> pg,
+                                                 DdpOptions options)
+    : module_(module), impl_(std::make_shared<Impl>()) {
+  Impl& im = *impl_;
+  im.pg = std::move(pg);
+  im.opts = options;
+  if (im.pg) {
+    im.rank = im.pg->rank();
+    im.world = im.pg->size();
+    if (options.deterministic && im.world > 1 && !im.pg->options().deterministic)
+      PT_THROW(InputError,
+               "DistributedDataParallel: deterministic mode needs a process group created with the "
+               "deterministic (rank-ordered) option");
+  }
+  for (auto& [name, t] : module.named_parameters()) {
+    if (!t.requires_grad()) continue;
+    if (t.dtype() != DType::F32)
+      PT_THROW(InputError, "DistributedDataParallel: parameter ", name, " is ", dtype_name(t.dtype()),
+               "; gradient buckets hold f32 parameters only");
+    PT_CHECK(t.is_contiguous(), "parameter ", name, " is not contiguous");
+    Impl::Param p;
+    p.name = name;
+    p.param = t;
+    im.params.push_back(std::move(p));
+  }
+
+  // ---- every rank must hold the same model: compare fingerprints ----
+  if (im.communicates()) {
+    const int n = static_cast<int>(im.params.size());
+    const int W = im.world;
+    std::vector<int64_t> hashes(n);
+    uint64_t all = 1469598103934665603ull;
+    for (int i = 0; i < n; ++i) {
+      const uint64_t h = parameter_fingerprint(im.params[i].name, im.params[i].param);
+      hashes[i] = static_cast<int64_t>(h);
+      all = (all ^ h) * 1099511628211ull;
+    }
+    int64_t mine[2] = {n, static_cast<int64_t>(all)};
+    std::vector<int64_t> summary(2 * W);
+    im.pg->allgather(mine, summary.data(), 2, DType::I64)->wait();
+    bool same = true;
+    int64_t m = n;
+    for (int r = 0; r < W; ++r) {
+      same = same && summary[2 * r] == summary[0] && summary[2 * r + 1] == summary[1];
+      m = std::min(m, summary[2 * r]);
+    }
+    if (!same) {
+      std::vector<int64_t> per(static_cast<size_t>(m) * W);
+      im.pg->allgather(hashes.data(), per.data(), static_cast<size_t>(m), DType::I64)->wait();
+      int64_t idx = m;
+      for (int64_t i = 0; i < m && idx == m; ++i)
+        for (int r = 1; r < W; ++r)
+          if (per[r * m + i] != per[i]) {
+            idx = i;
+            break;
+          }
+      // Each rank's description of parameter #idx, 256 bytes (as 64 i32), gathered.
+      char desc[256] = {};
+      std::string d = idx < n ? describe(im.params[idx].name, im.params[idx].param)
+                              : "nothing (it has only " + std::to_string(n) + " parameters)";
+      std::strncpy(desc, d.c_str(), sizeof(desc) - 1);
+      std::vector<char> descs(256 * W);
+      im.pg->allgather(desc, descs.data(), 64, DType::I32)->wait();
+      std::ostringstream msg;
+      msg << "DistributedDataParallel: the ranks hold different models; first difference at parameter #" << idx
+          << ":";
+      int first_other = -1;
+      for (int r = 1; r < W && first_other < 0; ++r)
+        if (std::strncmp(descs.data() + 256 * r, descs.data(), 256) != 0) first_other = r;
+      if (first_other < 0) first_other = 1;
+      msg << " rank 0 has " << std::string(descs.data(), strnlen(descs.data(), 255)) << ", rank " << first_other
+          << " has " << std::string(descs.data() + 256 * first_other, strnlen(descs.data() + 256 * first_other, 255))
+          << " (every rank must build the same model: names, shapes and dtypes)";
+      PT_THROW(InputError, msg.str());
+    }
+    if (options.broadcast_parameters) {
+      std::vector<comm::WorkPtr> works;
+      for (auto& p : im.params)
+        works.push_back(im.pg->broadcast(p.param.data_ptr(), static_cast<size_t>(p.param.numel()), DType::F32, 0));
+      for (auto& w : works) wait_work(w, options.timeout_s);
+    }
+  }
+
+  // ---- buckets in reverse registration order, hooks ----
+  std::vector<int> order;
+  for (int i = static_cast<int>(im.params.size()) - 1; i >= 0; --i) order.push_back(i);
+  im.build_buckets(order);
+  std::weak_ptr<Impl> weak = impl_;
+  for (int i = 0; i < static_cast<int>(im.params.size()); ++i) {
+    autograd::register_grad_ready_hook(im.params[i].param, [weak, i](Tensor& g) {
+      if (auto p = weak.lock()) p->on_ready(i, g);
+    });
+  }
+  zero_grad();
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  if (impl_) impl_->wait_all_quietly();
+}
+
+int DistributedDataParallel::rank() const { return impl_->rank; }
+int DistributedDataParallel::world_size() const { return impl_->world; }
+const DdpOptions& DistributedDataParallel::options() const { return impl_->opts; }
+const DdpStepStats& DistributedDataParallel::last_stats() const { return impl_->stats; }
+bool DistributedDataParallel::buckets_rebuilt() const { return impl_->rebuilt; }
+
+std::vector<std::vector<std::string>> DistributedDataParallel::bucket_names() const {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& b : impl_->buckets) {
+    out.emplace_back();
+    for (int i : b.params) out.back().push_back(impl_->params[i].name);
+  }
+  return out;
+}
+
+float DistributedDataParallel::backward_seed(int64_t grad_accum) const {
+  PT_CHECK(grad_accum >= 1, "grad_accum must be at least 1");
+  return impl_->opts.deterministic ? 1.0f : 1.0f / static_cast<float>(grad_accum);
+}
+
+void DistributedDataParallel::zero_grad() {
+  Impl& im = *impl_;
+  im.wait_all_quietly();
+  if (im.rebuild_pending) {
+    im.rebuild();
+    im.rebuild_pending = false;
+    im.rebuilt = true;
+  }
+  im.reset_step_state();
+  for (auto& b : im.buckets) {
+    b.flat.zero_();
+    if (b.accum.defined()) b.accum.zero_();
+  }
+  for (auto& p : im.params) {
+    p.passes = 0;
+    p.param.set_grad(p.view);
+  }
+}
+
+DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp) : ddp_(&ddp), prev_(ddp.impl_->no_sync) {
+  ddp.impl_->no_sync = true;
+}
+DistributedDataParallel::NoSync::NoSync(NoSync&& other) noexcept : ddp_(other.ddp_), prev_(other.prev_) {
+  other.ddp_ = nullptr;
+}
+DistributedDataParallel::NoSync::~NoSync() {
+  if (ddp_) ddp_->impl_->no_sync = prev_;
+}
+
+void DistributedDataParallel::finish() {
+  Impl& im = *impl_;
+  const auto t0 = Clock::now();
+  std::vector<int> missing;
+  for (int i = 0; i < static_cast<int>(im.params.size()); ++i)
+    if (!im.params[i].ready) missing.push_back(i);
+  if (!missing.empty()) {
+    if (im.opts.find_unused_parameters) {
+      // Launch order stays the bucket order on every rank: the missing ones count as ready now.
+      for (int i : missing) {
+        im.params[i].ready = true;
+        --im.buckets[im.params[i].bucket].pending;
+      }
+      im.launch_ready();
+    } else {
+      im.wait_all_quietly();
+      std::ostringstream names;
+      for (size_t j = 0; j < missing.size() && j < 10; ++j) names << (j ? ", " : "") << im.params[missing[j]].name;
+      if (missing.size() > 10) names << " and " << missing.size() - 10 << " more";
+      const size_t n_missing = missing.size();
+      im.reset_step_state();
+      PT_THROW(InputError, "DistributedDataParallel (rank ", im.rank, "): ", n_missing,
+               " parameter(s) received no gradient in this step: ", names.str(),
+               ". Their buckets can never be complete; if the model leaves parameters unused, construct it "
+               "with find_unused_parameters = true");
+    }
+  }
+  PT_CHECK(im.next_launch == static_cast<int>(im.buckets.size()), "not every bucket was launched");
+
+  int64_t micro = 1;
+  if (im.opts.deterministic)
+    for (const auto& p : im.params) micro = std::max(micro, p.passes);
+  const float factor = im.opts.deterministic ? 1.0f / static_cast<float>(micro * im.world)
+                                             : 1.0f / static_cast<float>(im.world);
+  int64_t bytes = 0;
+  try {
+    for (auto& b : im.buckets) {
+      wait_work(b.work, im.opts.timeout_s);
+      Tensor& buf = im.opts.deterministic ? b.accum : b.flat;
+      if (im.opts.deterministic || im.world > 1) scale(buf.data<float>(), buf.numel(), factor);
+      if (im.opts.deterministic) std::memcpy(b.flat.data_ptr(), b.accum.data_ptr(), b.flat.nbytes());
+      bytes += static_cast<int64_t>(buf.nbytes());
+    }
+  } catch (...) {
+    im.wait_all_quietly();
+    im.reset_step_state();
+    throw;
+  }
+  const auto t1 = Clock::now();
+  im.stats.exposed_comm_ms = im.communicates() ? ms_between(t0, t1) : 0.0;
+  im.stats.comm_ms = im.communicates() && im.any_launched ? ms_between(im.first_launch, t1) : 0.0;
+  im.stats.buckets = static_cast<int64_t>(im.buckets.size());
+  im.stats.bytes = im.communicates() ? bytes : 0;
+  im.reset_step_state();
+  if (im.recording) {
+    im.recording = false;
+    if (im.opts.reorder_buckets && im.communicates()) im.rebuild_pending = true;
+  }
+  // In deterministic mode the accumulators are zeroed by the next zero_grad(); .grad holds
+  // the result.
+  for (auto& p : im.params) p.passes = 0;
+}
+
+}  // namespace paratrain::parallel
