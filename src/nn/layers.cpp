@@ -39,6 +39,8 @@ Tensor LayerNorm::forward(const Tensor& x) const { return ops::layer_norm(x, wei
 
 Tensor Dropout::forward(const Tensor& x) const { return ops::dropout(x, p_, is_training(), *gen_); }
 
+Tensor GELU::forward(const Tensor& x) const { return ops::gelu(x); }
+
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t s, int64_t p, Generator& gen) : stride(s), padding(p) {
   const float bound = 1.0f / std::sqrt(static_cast<float>(in * kernel * kernel));
   Tensor w = Tensor::empty({out, in, kernel, kernel});

@@ -49,6 +49,9 @@ class GPTMLP : public Module {
   GPTMLP(const GPTConfig& cfg, Generator& gen);
   Tensor forward(const Tensor& x) const;
   std::shared_ptr<Linear> c_fc, c_proj;
+
+ private:
+  GELU act_;
 };
 
 class GPTBlock : public Module {

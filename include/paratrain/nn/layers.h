@@ -1,4 +1,4 @@
-// Basic layers: Linear, Embedding, LayerNorm, Dropout, Conv2d.
+// Basic layers: Linear, Embedding, LayerNorm, Dropout, GELU, Conv2d.
 //
 // Each layer registers its parameters under the names PyTorch / Hugging Face use
 // ("weight", "bias"), so state dicts map one to one. Linear supports both weight layouts:
@@ -46,6 +46,12 @@ class Dropout : public Module {
  private:
   float p_;
   Generator* gen_;  // owned by the model; must outlive this layer
+};
+
+// GELU, tanh form (no parameters).
+class GELU : public Module {
+ public:
+  Tensor forward(const Tensor& x) const;
 };
 
 class Conv2d : public Module {
