@@ -15,7 +15,7 @@ namespace paratrain::cli {
 
 int run_train(int argc, char** argv) {
   parallel::TrainConfig c;
-  CLI::App app{"Train a model (one process; see docs/cli.md)", "train"};
+  CLI::App app{"Train a model: one process, or one per rank under paratrain launch, mpirun or srun (docs/ddp.md)", "train"};
   app.option_defaults()->always_capture_default();
   app.add_option("--model", c.model, "gpt-nano | gpt-mini | gpt2-124m | gpt | mlp | cnn")
       ->check(CLI::IsMember({"gpt-nano", "gpt-mini", "gpt2-124m", "gpt", "mlp", "cnn"}));
@@ -48,6 +48,10 @@ int run_train(int argc, char** argv) {
   app.add_option("--threads", c.threads, "compute threads (0 = the host's cores split among local ranks)");
   app.add_option("--device", c.device, "cpu (cuda needs a CUDA build)");
   app.add_flag("--deterministic", c.deterministic, "bit-reproducible reductions");
+  app.add_option("--backend", c.backend, "communication backend with several ranks: auto | shm | tcp | mpi")
+      ->check(CLI::IsMember({"auto", "shm", "tcp", "mpi"}));
+  app.add_option("--dp", c.dp, "data-parallel ranks (0 = the world size; must equal it)");
+  app.add_option("--bucket-mb", c.bucket_mb, "DDP gradient bucket size in MiB");
   app.add_option("--init-from", c.init_from, "initial weights, safetensors (HF GPT-2 names for GPT)");
   app.add_option("--save-final", c.save_final, "write the final weights here, safetensors");
   app.add_option("--eval-every", c.eval_every, "evaluate every N steps (0 = only after the last step)");

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <iomanip>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "paratrain/autograd/profiler.h"
 #include "paratrain/base/env.h"
 #include "paratrain/checkpoint/safetensors.h"
+#include "paratrain/comm/process_group.h"
 #include "paratrain/data/fashion_mnist.h"
 #include "paratrain/data/token_loader.h"
 #include "paratrain/kernels/cpu.h"
@@ -20,6 +22,7 @@
 #include "paratrain/nn/classifiers.h"
 #include "paratrain/nn/gpt.h"
 #include "paratrain/optim/optimizer.h"
+#include "paratrain/parallel/ddp.h"
 
 namespace paratrain::parallel {
 
@@ -36,7 +39,7 @@ class Task {
   virtual ~Task() = default;
   virtual nn::Module& module() = 0;
   virtual int64_t steps_per_epoch() const = 0;
-  // The loss of micro-step k of optimizer step `step` (data-parallel rank 0 of 1).
+  // The loss of micro-step k of optimizer step `step` on this data-parallel rank.
   virtual Tensor micro_loss(int64_t step, int64_t k) = 0;
   virtual int64_t items_per_micro_batch() const = 0;  // tokens (GPT) or samples
   virtual bool counts_tokens() const = 0;
@@ -50,7 +53,7 @@ class Task {
 
 class GptTask final : public Task {
  public:
-  GptTask(const TrainConfig& c, int64_t micro_batch) {
+  GptTask(const TrainConfig& c, int64_t micro_batch, int dp, int dp_rank) : dp_rank_(dp_rank) {
     nn::GPTConfig g = nn::GPTConfig::preset(c.model);
     if (c.n_layer) g.n_layer = c.n_layer;
     if (c.n_head) g.n_head = c.n_head;
@@ -60,7 +63,7 @@ class GptTask final : public Task {
     g.dropout = c.dropout;
     g.validate();
     if (c.data.empty()) PT_THROW(InputError, "--model ", c.model, " needs --data FILE.bin (token file)");
-    data::BatchLayout layout{micro_batch, c.grad_accum, 1};
+    data::BatchLayout layout{micro_batch, c.grad_accum, dp};
     train_ = std::make_unique<data::TokenLoader>(c.data, g.block_size, layout, c.seed);
     check_vocab(train_->file(), c.data, g.vocab_size);
     if (!c.val_data.empty()) {
@@ -77,7 +80,7 @@ class GptTask final : public Task {
   nn::Module& module() override { return *model_; }
   int64_t steps_per_epoch() const override { return train_->steps_per_epoch(); }
   Tensor micro_loss(int64_t step, int64_t k) override {
-    train_->fill(step, k, 0, x_, y_);
+    train_->fill(step, k, dp_rank_, x_, y_);
     return model_->loss(x_, y_);
   }
   int64_t items_per_micro_batch() const override { return micro_batch_ * cfg_.block_size; }
@@ -113,6 +116,7 @@ class GptTask final : public Task {
   }
   nn::GPTConfig cfg_;
   int64_t micro_batch_ = 0;
+  int dp_rank_ = 0;
   std::unique_ptr<data::TokenLoader> train_;
   std::unique_ptr<data::TokenEvalLoader> val_;
   std::unique_ptr<nn::GPT> model_;
@@ -121,14 +125,15 @@ class GptTask final : public Task {
 
 class ImageTask final : public Task {
  public:
-  ImageTask(const TrainConfig& c, int64_t micro_batch) : micro_batch_(micro_batch) {
+  ImageTask(const TrainConfig& c, int64_t micro_batch, int dp, int dp_rank)
+      : micro_batch_(micro_batch), dp_rank_(dp_rank) {
     if (c.dataset != "fashion-mnist")
       PT_THROW(InputError, "--model ", c.model, " needs --dataset fashion-mnist",
                c.dataset.empty() ? "" : (" (got '" + c.dataset + "')"));
     const std::string dir = c.data_dir.empty() ? data::kFashionMnistDir : c.data_dir;
     auto train = data::load_fashion_mnist(data::Split::Train, dir);
     auto test = data::load_fashion_mnist(data::Split::Test, dir);
-    train_ = std::make_unique<data::ImageLoader>(train, data::BatchLayout{micro_batch, c.grad_accum, 1}, c.seed);
+    train_ = std::make_unique<data::ImageLoader>(train, data::BatchLayout{micro_batch, c.grad_accum, dp}, c.seed);
     test_ = std::make_unique<data::ImageEvalLoader>(test, 500);
     if (c.model == "cnn")
       model_ = std::make_unique<nn::CNNClassifier>(c.seed);
@@ -139,7 +144,7 @@ class ImageTask final : public Task {
   nn::Module& module() override { return *model_; }
   int64_t steps_per_epoch() const override { return train_->steps_per_epoch(); }
   Tensor micro_loss(int64_t step, int64_t k) override {
-    train_->fill(step, k, 0, x_, y_);
+    train_->fill(step, k, dp_rank_, x_, y_);
     return model_->loss(x_, y_);
   }
   int64_t items_per_micro_batch() const override { return micro_batch_; }
@@ -173,6 +178,7 @@ class ImageTask final : public Task {
 
  private:
   int64_t micro_batch_;
+  int dp_rank_ = 0;
   bool cnn_ = false;
   std::unique_ptr<data::ImageLoader> train_;
   std::unique_ptr<data::ImageEvalLoader> test_;
@@ -180,12 +186,19 @@ class ImageTask final : public Task {
   Tensor x_, y_;
 };
 
-int default_threads() {
+int default_threads(const comm::JobEnv& job) {
   if (int64_t t = env::get_int("PARATRAIN_THREADS"); t > 0) return static_cast<int>(t);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int64_t local = env::raw_int("LOCAL_WORLD_SIZE").value_or(env::raw_int("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(1));
+  int64_t local = env::raw_int("LOCAL_WORLD_SIZE").value_or(env::raw_int("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(1));
+  local = std::max<int64_t>(local, job.local_world_size);
   return std::max(1, cores / static_cast<int>(std::max<int64_t>(local, 1)));
 }
+
+// A stream that drops everything (ranks other than 0 print nothing).
+class NullBuffer : public std::streambuf {
+ protected:
+  int overflow(int c) override { return c; }
+};
 
 void validate(const TrainConfig& c) {
   if (c.device != "cpu")
@@ -200,24 +213,38 @@ void validate(const TrainConfig& c) {
   if (c.warmup_steps < 0) PT_THROW(InputError, "--warmup-steps must not be negative");
   if (c.grad_clip < 0) PT_THROW(InputError, "--grad-clip must not be negative (0 = off)");
   if (c.threads < 0) PT_THROW(InputError, "--threads must be positive (0 = automatic)");
+  if (c.backend != "auto" && c.backend != "shm" && c.backend != "tcp" && c.backend != "mpi")
+    PT_THROW(InputError, "unknown --backend '", c.backend, "' (expected auto, shm, tcp or mpi)");
+  if (c.dp < 0) PT_THROW(InputError, "--dp must be positive (0 = the world size)");
+  if (!(c.bucket_mb > 0)) PT_THROW(InputError, "--bucket-mb must be positive, got ", c.bucket_mb);
   if (!is_gpt(c.model) && c.model != "mlp" && c.model != "cnn")
     PT_THROW(InputError, "unknown --model '", c.model, "' (expected gpt-nano, gpt-mini, gpt2-124m, gpt, mlp or cnn)");
 }
 
 }  // namespace
 
-TrainResult train(const TrainConfig& cfg, std::ostream& log) {
+TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   validate(cfg);
-  kernels::cpu::set_num_threads(cfg.threads > 0 ? cfg.threads : default_threads());
+  const comm::JobEnv job = comm::read_job_env();
+  const int world = job.world_size;
+  const int rank = job.rank;
+  if (cfg.dp > 0 && cfg.dp != world)
+    PT_THROW(InputError, "--dp ", cfg.dp, " does not match the ", world,
+             " ranks of this job (data parallel only: dp = world size; start the ranks with paratrain launch, "
+             "mpirun or srun)");
+  kernels::cpu::set_num_threads(cfg.threads > 0 ? cfg.threads : default_threads(job));
   const bool gpt = is_gpt(cfg.model);
   const int64_t micro_batch = cfg.micro_batch > 0 ? cfg.micro_batch : (gpt ? 8 : 64);
+  NullBuffer null_buf;
+  std::ostream null_log(&null_buf);
+  std::ostream& log = rank == 0 ? log_out : null_log;
 
   // ---- everything that can be wrong with the input is checked before any file is written ----
   std::unique_ptr<Task> task;
   if (gpt)
-    task = std::make_unique<GptTask>(cfg, micro_batch);
+    task = std::make_unique<GptTask>(cfg, micro_batch, world, rank);
   else
-    task = std::make_unique<ImageTask>(cfg, micro_batch);
+    task = std::make_unique<ImageTask>(cfg, micro_batch, world, rank);
   nn::Module& model = task->module();
   if (!cfg.init_from.empty()) model.load_state_dict(checkpoint::load_safetensors(cfg.init_from), true, "transformer.");
   const int64_t steps = cfg.steps > 0 ? cfg.steps
@@ -232,6 +259,23 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   sched.warmup = cfg.warmup_steps;
   sched.total = steps;
 
+  // ---- data parallel: one group over all ranks, DDP over the model ----
+  std::shared_ptr<comm::ProcessGroup> pg;
+  if (world > 1) {
+    comm::ProcessGroupOptions po;
+    po.backend = cfg.backend;
+    po.deterministic = cfg.deterministic;
+    pg = comm::create_process_group_from_env(po);
+  }
+  std::unique_ptr<DistributedDataParallel> ddp;
+  if (pg || cfg.deterministic) {
+    DdpOptions o;
+    o.deterministic = cfg.deterministic;
+    o.bucket_bytes = static_cast<size_t>(cfg.bucket_mb * (1 << 20));
+    o.first_bucket_bytes = std::min<size_t>(o.bucket_bytes, size_t(1) << 20);
+    ddp = std::make_unique<DistributedDataParallel>(model, pg, o);  // broadcasts rank 0's weights
+  }
+
   auto params = model.named_parameters();
   std::unique_ptr<optim::Optimizer> opt;
   if (cfg.optimizer == "adamw") {
@@ -243,14 +287,19 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     o.lr = lr, o.momentum = cfg.momentum, o.weight_decay = cfg.weight_decay;
     opt = std::make_unique<optim::SGD>(params, o);
   }
-  monitor::MetricsWriter metrics(cfg.metrics);
+  monitor::MetricsWriter metrics(rank == 0 ? cfg.metrics : std::string());
 
-  const int64_t items_per_step = task->items_per_micro_batch() * cfg.grad_accum;
+  // Items (tokens or images) of one optimizer step over all ranks.
+  const int64_t items_per_step = task->items_per_micro_batch() * cfg.grad_accum * world;
   log << "paratrain train: " << cfg.model << ", " << model.num_parameters() << " parameters, " << steps
-      << " steps, global batch " << micro_batch << " x " << cfg.grad_accum << " x 1 = " << micro_batch * cfg.grad_accum
-      << (gpt ? " sequences" : " images") << ", " << kernels::cpu::num_threads() << " threads\n";
+      << " steps, global batch " << micro_batch << " x " << cfg.grad_accum << " x " << world << " = "
+      << micro_batch * cfg.grad_accum * world << (gpt ? " sequences" : " images") << ", "
+      << kernels::cpu::num_threads() << " threads" << (world > 1 ? " per rank" : "");
+  if (pg) log << ", " << world << " ranks (" << pg->backend_name() << (cfg.deterministic ? ", deterministic" : "") << ")";
+  log << "\n";
 
-  const double peak_flops = metrics.enabled() ? monitor::measured_gemm_peak_flops() : 0.0;
+  // Every rank measures the GEMM peak when rank 0 does, so their timings stay comparable.
+  const double peak_flops = !cfg.metrics.empty() ? monitor::measured_gemm_peak_flops() : 0.0;
   Allocator& alloc = allocator_for(Device::CPU);
   alloc.reset_peak();
   TrainResult result;
@@ -259,10 +308,12 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   double timed_seconds = 0;
   int64_t timed_items = 0;
   const float inv_accum = 1.0f / static_cast<float>(cfg.grad_accum);
-  Tensor accum_seed = Tensor::full({}, inv_accum);
+  Tensor accum_seed = Tensor::full({}, ddp ? ddp->backward_seed(cfg.grad_accum) : inv_accum);
+  std::vector<float> gathered_f(2 * static_cast<size_t>(world));
+  std::vector<int64_t> gathered_peak(static_cast<size_t>(world));
 
   auto run_eval = [&](int64_t step) {
-    if (!task->has_eval()) return;
+    if (!task->has_eval() || rank != 0) return;
     nlohmann::json e = {{"step", step}, {"eval", true}};
     task->evaluate(cfg.eval_batches, e);
     if (e.contains("val_loss")) result.val_loss = e["val_loss"];
@@ -278,19 +329,43 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
     const auto t0 = Clock::now();
     const double step_lr = sched.at(step);
     opt->set_lr(step_lr);
-    model.zero_grad();
+    if (ddp)
+      ddp->zero_grad();
+    else
+      model.zero_grad();
     double loss_sum = 0;
     for (int64_t k = 0; k < cfg.grad_accum; ++k) {
+      std::optional<NoSync> no_sync;
+      if (ddp && k + 1 < cfg.grad_accum) no_sync.emplace(ddp->no_sync());
       Tensor loss = task->micro_loss(step, k);
       loss_sum += loss.item();
       autograd::backward(loss, accum_seed);
     }
-    const double loss = loss_sum / static_cast<double>(cfg.grad_accum);
-    if (!std::isfinite(loss)) PT_THROW(Error, "training diverged: loss is ", loss, " at step ", step);
-    const double norm = optim::grad_norm(params);
+    if (ddp) ddp->finish();  // .grad = mean over every micro-batch of every rank
+    const double norm = optim::grad_norm(params);  // global: the gradients are already averaged
     optim::clip_grad_norm(params, cfg.grad_clip, norm);
     opt->step();
-    const double step_s = seconds_since(t0);
+    double step_s = seconds_since(t0);
+    double loss = loss_sum / static_cast<double>(cfg.grad_accum);
+    std::vector<double> step_ms_per_rank = {step_s * 1e3};
+    std::vector<int64_t> peak_per_rank = {alloc.stats().peak_bytes_in_use};
+    if (pg) {
+      // The reported loss is the mean over ranks; step times and peaks are gathered per rank.
+      const float mine[2] = {static_cast<float>(loss), static_cast<float>(step_s * 1e3)};
+      auto w1 = pg->allgather(mine, gathered_f.data(), 2, DType::F32);
+      auto w2 = pg->allgather(&peak_per_rank[0], gathered_peak.data(), 1, DType::I64);
+      w1->wait();
+      w2->wait();
+      double sum = 0;
+      step_ms_per_rank.clear();
+      for (int r = 0; r < world; ++r) {
+        sum += gathered_f[2 * r];
+        step_ms_per_rank.push_back(gathered_f[2 * r + 1]);
+      }
+      loss = sum / world;
+      peak_per_rank = gathered_peak;
+    }
+    if (!std::isfinite(loss)) PT_THROW(Error, "training diverged: loss is ", loss, " at step ", step);
     if (step > 0 || steps == 1) {  // the first step pays for first-touch of memory
       timed_seconds += step_s;
       timed_items += items_per_step;
@@ -299,19 +374,23 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
                                           : static_cast<double>(items_per_step) / step_s;
     result.last_loss = loss;
     if (metrics.enabled()) {
-      auto st = alloc.stats();
+      const double comm_ms = ddp ? ddp->last_stats().comm_ms : 0.0;
+      const double exposed_ms = ddp ? ddp->last_stats().exposed_comm_ms : 0.0;
       nlohmann::json m = {{"step", step},
                           {"loss", loss},
                           {"lr", step_lr},
                           {"grad_norm", norm},
                           {"step_ms", step_s * 1e3},
-                          {"compute_ms", step_s * 1e3},
-                          {"comm_ms", 0.0},
-                          {"exposed_comm_ms", 0.0},
-                          {"mfu", peak_flops > 0 ? task->flops_per_item() * items_per_step / step_s / peak_flops : 0.0},
+                          {"compute_ms", step_s * 1e3 - exposed_ms},
+                          {"comm_ms", comm_ms},
+                          {"exposed_comm_ms", exposed_ms},
+                          {"mfu", peak_flops > 0 ? task->flops_per_item() * items_per_step / step_s /
+                                                       (peak_flops * world)
+                                                 : 0.0},
                           {"loss_scale", 1.0},
-                          {"mem_peak_bytes", {st.peak_bytes_in_use}},
-                          {"step_ms_per_rank", {step_s * 1e3}}};
+                          {"mem_peak_bytes", peak_per_rank},
+                          {"step_ms_per_rank", step_ms_per_rank}};
+      if (pg) m["world_size"] = world;
       m[task->counts_tokens() ? "tokens_per_s" : "samples_per_s"] = static_cast<double>(items_per_step) / step_s;
       metrics.write(m);
     }
@@ -333,9 +412,10 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log) {
   result.peak_bytes = alloc.stats().peak_bytes_in_use;
   log << "done: " << steps << " steps in " << monitor::format_duration(seconds_since(t_start)) << ", "
       << std::setprecision(0) << std::fixed << rate << (task->counts_tokens() ? " tokens/s" : " samples/s")
-      << ", peak memory " << std::setprecision(1) << static_cast<double>(result.peak_bytes) / (1 << 20) << " MiB\n";
+      << ", peak memory " << std::setprecision(1) << static_cast<double>(result.peak_bytes) / (1 << 20) << " MiB"
+      << (world > 1 ? " (rank 0)" : "") << "\n";
   if (autograd::profiler::enabled()) log << autograd::profiler::report();
-  if (!cfg.save_final.empty()) {
+  if (!cfg.save_final.empty() && rank == 0) {
     checkpoint::save_safetensors(cfg.save_final, model.state_dict(), task->metadata());
     log << "saved " << cfg.save_final << "\n";
   }

@@ -1,5 +1,5 @@
 // Everything `paratrain train` can be told, as one struct (the CLI fills it; a program using
-// the library can fill it directly and call train()).
+// the library can fill it directly and call train()). Plain value; no thread-safety concerns.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,10 @@ struct TrainConfig {
   int threads = 0;  // 0 = the host's cores split among the ranks on it
   std::string device = "cpu";
   bool deterministic = false;
+  // ---- data parallel (WORLD_SIZE > 1, mpirun or Slurm: one process per rank) ----
+  std::string backend = "auto";  // auto | shm | tcp | mpi
+  int64_t dp = 0;                // data-parallel ranks; 0 = the world size (must equal it)
+  double bucket_mb = 25;         // DDP gradient bucket size, MiB
   std::string init_from, save_final;
   int64_t eval_every = 0;  // 0 = only after the last step
   int64_t eval_batches = 20;
