@@ -3,13 +3,16 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <iostream>
+#include <string>
 
 #include "paratrain/base/error.h"
 
 namespace paratrain::cli {
 
 // Parses argv into `app`. Returns false when --help was printed (the caller returns 0).
-inline bool parse_or_throw(CLI::App& app, int argc, char** argv) {
+// A parse error becomes an InputError "<command>: <first line of CLI11's message>".
+inline bool parse_or_throw(CLI::App& app, int argc, char** argv, const std::string& command = "") {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -19,7 +22,9 @@ inline bool parse_or_throw(CLI::App& app, int argc, char** argv) {
     std::cout << app.help("", CLI::AppFormatMode::All);
     return false;
   } catch (const CLI::ParseError& e) {
-    throw InputError(app.get_name() + ": " + e.what());
+    std::string what = e.what();
+    if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    throw InputError((command.empty() ? app.get_name() : command) + ": " + what);
   }
   return true;
 }

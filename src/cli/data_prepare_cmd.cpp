@@ -1,5 +1,7 @@
 #include "cli/data_prepare_cmd.h"
 
+#include "cli/cli_util.h"
+
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -26,19 +28,7 @@ int run_data_prepare(int argc, char** argv) {
   app.add_option("--seed", opt.seed, "seed of the split and of the tokenizer's sentence sampling");
   app.add_option("--threads", opt.num_threads, "threads for tokenizer training and encoding (0 = all cores)");
   app.add_option("--max-sentences", opt.input_sentence_size, "at most this many documents train the tokenizer");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::CallForAllHelp&) {
-    std::cout << app.help("", CLI::AppFormatMode::All);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::string what = e.what();
-    if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
-    throw InputError("data prepare: " + what);
-  }
+  if (!parse_or_throw(app, argc, argv, "data prepare")) return 0;
   if (opt.text_files.empty() && !opt.wordnet) throw InputError("data prepare: give --text FILE... or --wordnet");
   auto summary = data::prepare_text(opt, &std::cerr);
   std::cout << data::format_summary(summary) << std::flush;

@@ -1,6 +1,8 @@
 // End-to-end tests of the `paratrain` binary: usage errors, bad input (exit 2, one line,
 // nothing written), and small real runs of train / data prepare / sample.
 #include <gtest/gtest.h>
+
+#include "support/run_binary.h"
 #include <sys/wait.h>
 
 #include <array>
@@ -18,21 +20,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct CmdResult {
-  int rc = -1;
-  std::string out;  // stdout + stderr
-};
+using CmdResult = paratrain::test::CommandResult;
 
 CmdResult run(const std::string& args, int timeout_s = 120) {
-  std::string cmd = "timeout " + std::to_string(timeout_s) + " " + PARATRAIN_BIN + " " + args + " 2>&1";
-  CmdResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  return paratrain::test::run_paratrain(args, timeout_s);
 }
 
 int count_lines(const std::string& s) {

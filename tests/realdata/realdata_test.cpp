@@ -6,6 +6,8 @@
 //    model that ignores context), and `paratrain sample` prints text made of real words.
 // These take minutes; they carry a longer timeout (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
+
+#include "support/run_binary.h"
 #include <sys/wait.h>
 
 #include <array>
@@ -23,21 +25,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int rc = -1;
-  std::string out;
-};
+using Result = paratrain::test::CommandResult;
 
-Result run(const std::string& args, int timeout_s) {
-  std::string cmd = "timeout " + std::to_string(timeout_s) + " " + PARATRAIN_BIN + " " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+Result run(const std::string& args, int timeout_s = 120) {
+  return paratrain::test::run_paratrain(args, timeout_s);
 }
 
 std::vector<nlohmann::json> eval_lines(const std::string& metrics) {
