@@ -13,9 +13,9 @@ if [ ! -f "$OUT/data/train.bin" ]; then
   "$BIN" data prepare --wordnet --vocab-size 4096 --out "$OUT/data"
 fi
 
-echo "== training gpt-mini for $STEPS steps"
-"$BIN" train --model gpt-mini --data "$OUT/data/train.bin" --val-data "$OUT/data/val.bin" \
-  --steps "$STEPS" --micro-batch 8 --lr 1e-3 --warmup-steps 20 --eval-every 100 --eval-batches 20 \
+echo "== training gpt-mini for $STEPS steps on 2 processes (paratrain launch, data parallel)"
+"$BIN" launch --nproc-per-node 2 -- "$BIN" train --model gpt-mini --data "$OUT/data/train.bin" --val-data "$OUT/data/val.bin" \
+  --steps "$STEPS" --micro-batch 4 --lr 1e-3 --warmup-steps 20 --eval-every 100 --eval-batches 20 \
   --metrics "$OUT/metrics.jsonl" --save-final "$OUT/gpt-mini.safetensors"
 
 echo "== sample"

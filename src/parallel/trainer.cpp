@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <iomanip>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -19,6 +20,7 @@
 #include "paratrain/data/token_loader.h"
 #include "paratrain/kernels/cpu.h"
 #include "paratrain/monitor/metrics.h"
+#include "paratrain/monitor/progress.h"
 #include "paratrain/nn/classifiers.h"
 #include "paratrain/nn/gpt.h"
 #include "paratrain/optim/optimizer.h"
@@ -312,6 +314,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   std::vector<float> gathered_f(2 * static_cast<size_t>(world));
   std::vector<int64_t> gathered_peak(static_cast<size_t>(world));
 
+  monitor::ProgressLine progress(log, steps, &log == &std::cerr && monitor::stderr_is_terminal());
   auto run_eval = [&](int64_t step) {
     if (!task->has_eval() || rank != 0) return;
     nlohmann::json e = {{"step", step}, {"eval", true}};
@@ -319,7 +322,8 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     if (e.contains("val_loss")) result.val_loss = e["val_loss"];
     if (e.contains("accuracy")) result.accuracy = e["accuracy"];
     metrics.write(e);
-    log << "\n" << "eval step " << step << ": "
+    progress.finish();
+    log << "eval step " << step << ": "
         << (e.contains("val_loss") ? "val_loss " + std::to_string(result.val_loss)
                                    : "accuracy " + std::to_string(result.accuracy))
         << "\n";
@@ -397,15 +401,15 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     if (!cfg.quiet) {
       const double eta = (steps - step - 1) * (timed_seconds > 0 ? timed_seconds / std::max<int64_t>(step, 1) : step_s);
       std::ostringstream line;
-      line << "\rstep " << step + 1 << "/" << steps << " | loss " << std::fixed << std::setprecision(4) << loss
+      line << "step " << step + 1 << "/" << steps << " | loss " << std::fixed << std::setprecision(4) << loss
            << " | lr " << std::scientific << std::setprecision(2) << step_lr << std::fixed << " | "
            << std::setprecision(0) << rate << (task->counts_tokens() ? " tok/s" : " samples/s") << " | ETA "
-           << monitor::format_duration(eta) << "   ";
-      log << line.str() << std::flush;
+           << monitor::format_duration(eta);
+      progress.update(step, line.str());
     }
     if (cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0 && step + 1 < steps) run_eval(step + 1);
   }
-  if (!cfg.quiet) log << "\n";
+  progress.finish();
   run_eval(steps);
   const double rate = timed_seconds > 0 ? static_cast<double>(timed_items) / timed_seconds : 0.0;
   (task->counts_tokens() ? result.tokens_per_s : result.samples_per_s) = rate;
