@@ -58,6 +58,9 @@ int run_train(int argc, char** argv) {
   app.add_option("--eval-batches", c.eval_batches, "validation batches per evaluation (GPT)");
   app.add_option("--metrics", c.metrics, "write one JSON line per step to this file");
   app.add_flag("--quiet", c.quiet, "no progress line");
+  app.add_option("--checkpoint-dir", c.checkpoint_dir, "save the training state under this directory (docs/checkpoints.md)");
+  app.add_option("--checkpoint-every", c.checkpoint_every, "save every N optimizer steps (0 = only after the last step)");
+  app.add_flag("--resume", c.resume, "continue from the latest checkpoint in --checkpoint-dir (fresh start if none)");
   if (!parse_or_throw(app, argc, argv)) return 0;
   parallel::train(c, std::cerr);
   return 0;

@@ -15,6 +15,7 @@
 #include "paratrain/autograd/profiler.h"
 #include "paratrain/base/env.h"
 #include "paratrain/checkpoint/safetensors.h"
+#include "paratrain/checkpoint/training_state.h"
 #include "paratrain/comm/process_group.h"
 #include "paratrain/data/fashion_mnist.h"
 #include "paratrain/data/token_loader.h"
@@ -219,8 +220,48 @@ void validate(const TrainConfig& c) {
     PT_THROW(InputError, "unknown --backend '", c.backend, "' (expected auto, shm, tcp or mpi)");
   if (c.dp < 0) PT_THROW(InputError, "--dp must be positive (0 = the world size)");
   if (!(c.bucket_mb > 0)) PT_THROW(InputError, "--bucket-mb must be positive, got ", c.bucket_mb);
+  if (c.checkpoint_every < 0) PT_THROW(InputError, "--checkpoint-every must not be negative (0 = only after the last step)");
+  if (c.checkpoint_dir.empty() && c.checkpoint_every > 0)
+    PT_THROW(InputError, "--checkpoint-every needs --checkpoint-dir DIR");
+  if (c.checkpoint_dir.empty() && c.resume) PT_THROW(InputError, "--resume needs --checkpoint-dir DIR");
   if (!is_gpt(c.model) && c.model != "mlp" && c.model != "cnn")
     PT_THROW(InputError, "unknown --model '", c.model, "' (expected gpt-nano, gpt-mini, gpt2-124m, gpt, mlp or cnn)");
+}
+
+// What a checkpoint records about the run: the data layout, and every setting that changes
+// the arithmetic (a resume under different values would not continue the same run).
+nlohmann::json run_config(const TrainConfig& c, int64_t micro_batch, int world, int64_t steps, double lr) {
+  return {{"layout", {{"micro_batch", micro_batch}, {"grad_accum", c.grad_accum}, {"dp", world}, {"seed", c.seed}}},
+          {"math",
+           {{"model", c.model},         {"n_layer", c.n_layer},           {"n_head", c.n_head},
+            {"n_embd", c.n_embd},       {"block_size", c.block_size},     {"vocab_size", c.vocab_size},
+            {"dropout", c.dropout},     {"steps", steps},                 {"optimizer", c.optimizer},
+            {"lr", lr},                 {"beta1", c.beta1},               {"beta2", c.beta2},
+            {"eps", c.eps},             {"momentum", c.momentum},         {"weight_decay", c.weight_decay},
+            {"lr_schedule", c.lr_schedule}, {"warmup_steps", c.warmup_steps}, {"min_lr", c.min_lr},
+            {"grad_clip", c.grad_clip}, {"seed", c.seed}}}};
+}
+
+// InputError unless `saved` (from the checkpoint) describes the same run as `now`: every
+// "math" setting equal, and the same global batch (micro_batch x grad_accum x dp) and seed.
+void check_resume_config(const std::string& ckpt, const nlohmann::json& saved, const nlohmann::json& now) {
+  if (!saved.contains("math") || !saved.contains("layout"))
+    PT_THROW(InputError, "checkpoint ", ckpt, " does not record the run's configuration; cannot resume from it");
+  for (const auto& [key, value] : now["math"].items()) {
+    if (!saved["math"].contains(key) || saved["math"][key] != value)
+      PT_THROW(InputError, "cannot resume from ", ckpt, ": it was saved with ", key, " = ",
+               saved["math"].contains(key) ? saved["math"][key].dump() : std::string("(none)"), ", this run has ",
+               key, " = ", value.dump(), " (resume with the same settings)");
+  }
+  const auto& a = saved["layout"];
+  const auto& b = now["layout"];
+  const int64_t ga = a.value("micro_batch", int64_t(0)) * a.value("grad_accum", int64_t(0)) * a.value("dp", int64_t(0));
+  const int64_t gb = b["micro_batch"].get<int64_t>() * b["grad_accum"].get<int64_t>() * b["dp"].get<int64_t>();
+  if (ga != gb)
+    PT_THROW(InputError, "cannot resume from ", ckpt, ": its global batch is ", a.value("micro_batch", 0), " x ",
+             a.value("grad_accum", 0), " x ", a.value("dp", 0), " = ", ga, " (micro-batch x grad-accum x ranks), this run's is ",
+             b["micro_batch"].get<int64_t>(), " x ", b["grad_accum"].get<int64_t>(), " x ", b["dp"].get<int64_t>(), " = ", gb,
+             "; choose --micro-batch/--grad-accum so that the global batch is the same");
 }
 
 }  // namespace
@@ -248,7 +289,6 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   else
     task = std::make_unique<ImageTask>(cfg, micro_batch, world, rank);
   nn::Module& model = task->module();
-  if (!cfg.init_from.empty()) model.load_state_dict(checkpoint::load_safetensors(cfg.init_from), true, "transformer.");
   const int64_t steps = cfg.steps > 0 ? cfg.steps
                                       : std::max<int64_t>(1, static_cast<int64_t>(std::llround(
                                                                  (cfg.epochs > 0 ? cfg.epochs : 1.0) *
@@ -260,6 +300,31 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   sched.min_lr = cfg.min_lr >= 0 ? cfg.min_lr : lr / 10;
   sched.warmup = cfg.warmup_steps;
   sched.total = steps;
+
+  // ---- resume: the whole checkpoint is verified and read before anything is applied ----
+  const nlohmann::json this_run = run_config(cfg, micro_batch, world, steps, lr);
+  std::optional<checkpoint::TrainingState> resumed;
+  if (cfg.resume) {
+    if (auto ckpt = checkpoint::find_latest_checkpoint(cfg.checkpoint_dir)) {
+      if (cfg.dropout > 0)
+        PT_THROW(InputError, "--resume with --dropout > 0 is not supported yet: the dropout generator's state is "
+                             "not reachable from the trainer, so a resumed run would draw different masks");
+      resumed = checkpoint::load_training_state(*ckpt);
+      check_resume_config(*ckpt, resumed->config, this_run);
+      if (resumed->step > steps)
+        PT_THROW(InputError, "cannot resume from ", *ckpt, ": it is at step ", resumed->step, ", beyond --steps ", steps);
+      log << "resuming from " << *ckpt << " (step " << resumed->step << " of " << steps << ")";
+      if (resumed->world_size != world) log << ", saved by " << resumed->world_size << " ranks, now " << world;
+      log << "\n";
+    } else {
+      log << "no checkpoint in " << cfg.checkpoint_dir << ": starting from step 0\n";
+    }
+  }
+  if (resumed)
+    model.load_state_dict(resumed->model, true);
+  else if (!cfg.init_from.empty())
+    model.load_state_dict(checkpoint::load_safetensors(cfg.init_from), true, "transformer.");
+  const int64_t start_step = resumed ? resumed->step : 0;
 
   // ---- data parallel: one group over all ranks, DDP over the model ----
   std::shared_ptr<comm::ProcessGroup> pg;
@@ -289,6 +354,24 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     o.lr = lr, o.momentum = cfg.momentum, o.weight_decay = cfg.weight_decay;
     opt = std::make_unique<optim::SGD>(params, o);
   }
+  if (resumed) {
+    opt->load_state_dict(resumed->optimizer, resumed->optimizer_steps);
+    resumed->model.clear();
+    resumed->optimizer.clear();
+  }
+  auto save_checkpoint = [&](int64_t done) {
+    if (rank != 0) return;
+    checkpoint::TrainingState st;
+    st.step = done;
+    st.model = model.state_dict();
+    st.model_metadata = task->metadata();
+    st.optimizer = opt->state_dict();
+    st.optimizer_steps = opt->steps_taken();
+    st.loss_scale = 1.0;
+    st.world_size = world;
+    st.config = this_run;
+    checkpoint::save_training_state(cfg.checkpoint_dir, st, 2);
+  };
   monitor::MetricsWriter metrics(rank == 0 ? cfg.metrics : std::string());
 
   // Items (tokens or images) of one optimizer step over all ranks.
@@ -329,7 +412,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
         << "\n";
   };
 
-  for (int64_t step = 0; step < steps; ++step) {
+  for (int64_t step = start_step; step < steps; ++step) {
     const auto t0 = Clock::now();
     const double step_lr = sched.at(step);
     opt->set_lr(step_lr);
@@ -370,7 +453,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       peak_per_rank = gathered_peak;
     }
     if (!std::isfinite(loss)) PT_THROW(Error, "training diverged: loss is ", loss, " at step ", step);
-    if (step > 0 || steps == 1) {  // the first step pays for first-touch of memory
+    if (step > start_step || steps - start_step == 1) {  // the first step pays for first-touch of memory
       timed_seconds += step_s;
       timed_items += items_per_step;
     }
@@ -399,7 +482,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       metrics.write(m);
     }
     if (!cfg.quiet) {
-      const double eta = (steps - step - 1) * (timed_seconds > 0 ? timed_seconds / std::max<int64_t>(step, 1) : step_s);
+      const double eta = (steps - step - 1) * (timed_seconds > 0 ? timed_seconds / std::max<int64_t>(step - start_step, 1) : step_s);
       std::ostringstream line;
       line << "step " << step + 1 << "/" << steps << " | loss " << std::fixed << std::setprecision(4) << loss
            << " | lr " << std::scientific << std::setprecision(2) << step_lr << std::fixed << " | "
@@ -407,14 +490,18 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
            << monitor::format_duration(eta);
       progress.update(step, line.str());
     }
+    if (!cfg.checkpoint_dir.empty() &&
+        ((cfg.checkpoint_every > 0 && (step + 1) % cfg.checkpoint_every == 0) || step + 1 == steps))
+      save_checkpoint(step + 1);
     if (cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0 && step + 1 < steps) run_eval(step + 1);
   }
+  if (!cfg.checkpoint_dir.empty() && start_step == steps) save_checkpoint(steps);  // resumed at the end
   progress.finish();
   run_eval(steps);
   const double rate = timed_seconds > 0 ? static_cast<double>(timed_items) / timed_seconds : 0.0;
   (task->counts_tokens() ? result.tokens_per_s : result.samples_per_s) = rate;
   result.peak_bytes = alloc.stats().peak_bytes_in_use;
-  log << "done: " << steps << " steps in " << monitor::format_duration(seconds_since(t_start)) << ", "
+  log << "done: " << steps - start_step << " steps in " << monitor::format_duration(seconds_since(t_start)) << ", "
       << std::setprecision(0) << std::fixed << rate << (task->counts_tokens() ? " tokens/s" : " samples/s")
       << ", peak memory " << std::setprecision(1) << static_cast<double>(result.peak_bytes) / (1 << 20) << " MiB"
       << (world > 1 ? " (rank 0)" : "") << "\n";

@@ -43,6 +43,10 @@ struct TrainConfig {
   int64_t eval_batches = 20;
   std::string metrics;
   bool quiet = false;  // no progress line
+  // ---- training-state checkpoints (docs/checkpoints.md) ----
+  std::string checkpoint_dir;    // "" = no checkpoints
+  int64_t checkpoint_every = 0;  // save every N optimizer steps (0 = only after the last step)
+  bool resume = false;           // continue from the latest checkpoint in checkpoint_dir
 };
 
 }  // namespace paratrain::parallel
