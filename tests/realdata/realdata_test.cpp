@@ -75,7 +75,7 @@ TEST_F(RealData, GptOnWordNetBeatsUnigramEntropyAndSamplesRealWords) {
 
   Result t = run("train --model gpt --n-layer 4 --n-head 4 --n-embd 128 --block-size 64 --vocab-size 4096 --data " +
                      dir_ + "/data/train.bin --val-data " + dir_ +
-                     "/data/val.bin --micro-batch 16 --steps 400 --lr 2e-3 --warmup-steps 20 --eval-batches 40 "
+                     "/data/val.bin --micro-batch 16 --steps 600 --lr 2e-3 --warmup-steps 20 --eval-batches 40 "
                      "--threads 1 --quiet --metrics " +
                      dir_ + "/m.jsonl --save-final " + dir_ + "/model.safetensors",
                  1200);
