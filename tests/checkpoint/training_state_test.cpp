@@ -1,0 +1,165 @@
+// Training-state checkpoints (checkpoint/training_state.h): round trip, the manifest written
+// last, `latest`, keeping the last two, and damaged / incomplete checkpoints named and
+// never loaded.
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "paratrain/base/error.h"
+#include "paratrain/checkpoint/training_state.h"
+
+namespace fs = std::filesystem;
+using namespace paratrain;
+using namespace paratrain::checkpoint;
+
+namespace {
+
+class TrainingStateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() / ("paratrain_ts_" + std::to_string(::getpid()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static TrainingState make_state(int64_t step) {
+    TrainingState s;
+    s.step = step;
+    s.model["w"] = Tensor::from_vector({1.0f, 2.0f, 3.0f + step, 4.0f}, {2, 2});
+    s.model["b"] = Tensor::from_vector({0.5f, -0.5f}, {2});
+    s.model_metadata = {{"format", "test"}};
+    s.optimizer["w.exp_avg"] = Tensor::from_vector({0.1f, 0.2f, 0.3f, 0.4f}, {2, 2});
+    s.optimizer["w.exp_avg_sq"] = Tensor::from_vector({0.01f, 0.02f, 0.03f, 0.04f}, {2, 2});
+    s.optimizer_steps = step;
+    s.rng = std::array<uint64_t, 4>{1, 0xffffffffffffffffULL, 3, 0x8000000000000000ULL};
+    s.world_size = 2;
+    s.config = {{"layout", {{"micro_batch", 3}, {"grad_accum", 1}, {"dp", 2}, {"seed", 7}}}};
+    return s;
+  }
+  std::string dir_;
+};
+
+void flip_byte(const std::string& path, std::streamoff at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(at);
+  char c;
+  f.get(c);
+  f.seekp(at);
+  f.put(static_cast<char>(c ^ 0x01));
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+
+TEST_F(TrainingStateTest, RoundTripIsExact) {
+  const std::string p = save_training_state(dir_, make_state(4));
+  EXPECT_EQ(p, (fs::path(dir_) / "step_4").string());
+  auto latest = find_latest_checkpoint(dir_);
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(*latest, p);
+  TrainingState s = load_training_state(*latest);
+  TrainingState want = make_state(4);
+  EXPECT_EQ(s.step, 4);
+  EXPECT_EQ(s.optimizer_steps, 4);
+  EXPECT_EQ(s.world_size, 2);
+  EXPECT_EQ(s.loss_scale, 1.0);
+  ASSERT_TRUE(s.rng.has_value());
+  EXPECT_EQ(*s.rng, *want.rng);
+  EXPECT_EQ(s.config, want.config);
+  EXPECT_EQ(s.model_metadata.at("format"), "test");
+  ASSERT_EQ(s.model.size(), 2u);
+  EXPECT_EQ(s.model.at("w").to_vector(), want.model.at("w").to_vector());
+  EXPECT_EQ(s.optimizer.at("w.exp_avg_sq").to_vector(), want.optimizer.at("w.exp_avg_sq").to_vector());
+}
+
+TEST_F(TrainingStateTest, KeepsTheLastTwoAndLatestPointsToTheNewest) {
+  for (int64_t step : {2, 4, 6, 8}) save_training_state(dir_, make_state(step));
+  EXPECT_FALSE(fs::exists(fs::path(dir_) / "step_2"));
+  EXPECT_FALSE(fs::exists(fs::path(dir_) / "step_4"));
+  EXPECT_TRUE(fs::exists(fs::path(dir_) / "step_6" / "manifest.json"));
+  EXPECT_TRUE(fs::exists(fs::path(dir_) / "step_8" / "manifest.json"));
+  std::ifstream f(fs::path(dir_) / "latest");
+  std::string line;
+  std::getline(f, line);
+  EXPECT_EQ(line, "step_8");
+  // Saving the step that already is `latest` again is a no-op.
+  save_training_state(dir_, make_state(8));
+  EXPECT_EQ(load_training_state(*find_latest_checkpoint(dir_)).step, 8);
+}
+
+TEST_F(TrainingStateTest, NoCheckpointMeansFreshStart) {
+  EXPECT_FALSE(find_latest_checkpoint(dir_).has_value());  // missing directory
+  fs::create_directories(dir_);
+  EXPECT_FALSE(find_latest_checkpoint(dir_).has_value());  // empty directory
+}
+
+TEST_F(TrainingStateTest, AnInterruptedSaveAfterLatestIsIgnoredAndReplaced) {
+  save_training_state(dir_, make_state(2));
+  // A kill during the save of step 4: its tensors are there, its manifest and `latest` not.
+  fs::create_directories(fs::path(dir_) / "step_4");
+  fs::copy_file(fs::path(dir_) / "step_2" / "model.safetensors", fs::path(dir_) / "step_4" / "model.safetensors");
+  EXPECT_EQ(*find_latest_checkpoint(dir_), (fs::path(dir_) / "step_2").string());
+  save_training_state(dir_, make_state(4));
+  EXPECT_EQ(load_training_state(*find_latest_checkpoint(dir_)).step, 4);
+}
+
+TEST_F(TrainingStateTest, DamagedFileIsNamedAndNothingLoaded) {
+  const std::string p = save_training_state(dir_, make_state(3));
+  flip_byte(p + "/optim.safetensors", static_cast<std::streamoff>(fs::file_size(p + "/optim.safetensors") - 3));
+  const std::string msg = error_of([&] { load_training_state(p); });
+  EXPECT_NE(msg.find(p), std::string::npos) << msg;
+  EXPECT_NE(msg.find("damaged"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("optim.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("checksum"), std::string::npos) << msg;
+}
+
+TEST_F(TrainingStateTest, TruncatedFileIsDamaged) {
+  const std::string p = save_training_state(dir_, make_state(3));
+  fs::resize_file(p + "/model.safetensors", fs::file_size(p + "/model.safetensors") - 4);
+  const std::string msg = error_of([&] { verify_training_state(p); });
+  EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("damaged"), std::string::npos) << msg;
+}
+
+TEST_F(TrainingStateTest, MissingManifestIsIncomplete) {
+  const std::string p = save_training_state(dir_, make_state(5));
+  fs::remove(p + "/manifest.json");
+  // `latest` still names it: the resume must fail, naming the checkpoint.
+  const std::string msg = error_of([&] { load_training_state(*find_latest_checkpoint(dir_)); });
+  EXPECT_NE(msg.find(p), std::string::npos) << msg;
+  EXPECT_NE(msg.find("incomplete"), std::string::npos) << msg;
+  // Without `latest` and with only incomplete step directories, finding one fails too.
+  fs::remove(fs::path(dir_) / "latest");
+  const std::string msg2 = error_of([&] { find_latest_checkpoint(dir_); });
+  EXPECT_NE(msg2.find("incomplete"), std::string::npos) << msg2;
+  EXPECT_NE(msg2.find("step_5"), std::string::npos) << msg2;
+}
+
+TEST_F(TrainingStateTest, GarbledManifestIsDamaged) {
+  const std::string p = save_training_state(dir_, make_state(1));
+  std::ofstream(p + "/manifest.json") << "{\"format\": ";
+  const std::string msg = error_of([&] { load_training_state(p); });
+  EXPECT_NE(msg.find("manifest.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("damaged"), std::string::npos) << msg;
+}
+
+TEST_F(TrainingStateTest, LatestNamingAMissingDirectoryIsAnError) {
+  fs::create_directories(dir_);
+  std::ofstream(fs::path(dir_) / "latest") << "step_9\n";
+  const std::string msg = error_of([&] { find_latest_checkpoint(dir_); });
+  EXPECT_NE(msg.find("step_9"), std::string::npos) << msg;
+}
+
+}  // namespace
