@@ -5,6 +5,10 @@
 #include "paratrain/base/error.h"
 
 namespace paratrain::comm {
+namespace {
+constexpr auto kPoll = std::chrono::microseconds(500);
+constexpr auto kIdle = std::chrono::milliseconds(200);
+}  // namespace
 
 Engine::Engine() { thread_ = std::thread([this] { loop(); }); }
 
@@ -17,14 +21,21 @@ Engine::~Engine() {
   thread_.join();
 }
 
-WorkPtr Engine::submit(std::string description, std::function<void()> fn) {
-  auto work = std::make_shared<Work>(std::move(description));
+WorkPtr Engine::submit(std::string description, std::function<void()> fn, bool urgent) {
+  return enqueue(std::make_shared<Work>(std::move(description)), std::move(fn), urgent);
+}
+
+WorkPtr Engine::submit(std::function<std::string()> describe, std::function<void()> fn, bool urgent) {
+  return enqueue(std::make_shared<Work>(std::move(describe)), std::move(fn), urgent);
+}
+
+WorkPtr Engine::enqueue(WorkPtr work, std::function<void()> fn, bool urgent) {
   work->set_helper([this](Work* w) { help(w); });
   bool wake;
   {
     std::lock_guard<std::mutex> l(mu_);
-    queue_.push_back(Task{work, std::move(fn)});
-    wake = thread_idle_;
+    queue_.push_back(Task{work, std::move(fn), next_id_++, urgent});
+    wake = thread_idle_ && (urgent || !polling_);
   }
   if (wake) cv_.notify_all();
   return work;
@@ -62,24 +73,45 @@ void Engine::run(Task& t, std::unique_lock<std::mutex>& l) {
 
 void Engine::loop() {
   std::unique_lock<std::mutex> l(mu_);
+  auto last_task = std::chrono::steady_clock::now();
   for (;;) {
+    // Runnable by this thread: anything when stopping, an urgent task at once, any other
+    // task once it was already queued at the previous poll (its waiter, if any, had its
+    // chance to run it without a hand-off).
+    auto takeable = [&] {
+      if (queue_.empty() || executing_) return false;
+      return stop_ || queue_.front().urgent || queue_.front().id < seen_id_;
+    };
     thread_idle_ = true;
-    cv_.wait(l, [&] { return (stop_ && queue_.empty() && !executing_) || (!queue_.empty() && !executing_); });
+    if (stop_ && queue_.empty() && !executing_) {
+      thread_idle_ = false;
+      return;
+    }
+    if (!takeable()) {
+      if (polling_) {
+        seen_id_ = next_id_;
+        cv_.wait_for(l, kPoll, [&] {
+          return !executing_ && (stop_ || (!queue_.empty() && queue_.front().urgent));
+        });
+      } else {
+        cv_.wait(l, [&] { return stop_ || (!queue_.empty() && !executing_); });
+        polling_ = true;  // tasks are coming: poll for a while (no wake-ups needed)
+        seen_id_ = next_id_;
+        last_task = std::chrono::steady_clock::now();
+        thread_idle_ = false;
+        continue;
+      }
+    }
     thread_idle_ = false;
-    if (queue_.empty()) return;  // stop_
-    if (!stop_) {
-      // Give the submitting thread a moment to call wait() and run the work itself (no
-      // hand-off between threads); take the work only if nobody did.
-      l.unlock();
-      auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-      while (std::chrono::steady_clock::now() < until) std::this_thread::yield();
-      l.lock();
-      if (queue_.empty() || executing_) continue;
+    auto now = std::chrono::steady_clock::now();
+    if (next_id_ != seen_id_ || !queue_.empty()) last_task = now;
+    if (!takeable()) {
+      if (queue_.empty() && now - last_task > kIdle) polling_ = false;
+      continue;
     }
     Task t = std::move(queue_.front());
     queue_.pop_front();
     run(t, l);
-    cv_.notify_all();
   }
 }
 
@@ -89,7 +121,9 @@ void Engine::help(Work* w) {
     Task t = std::move(queue_.front());
     queue_.pop_front();
     run(t, l);
-    cv_.notify_all();
+    // The background thread needs a wake-up only if it does not poll, or for an urgent
+    // task, or to finish stopping.
+    if (thread_idle_ && (!polling_ || stop_ || (!queue_.empty() && queue_.front().urgent))) cv_.notify_all();
   }
 }
 

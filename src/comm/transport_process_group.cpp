@@ -52,7 +52,7 @@ TransportProcessGroup::TransportProcessGroup(std::shared_ptr<Store> store, int r
 
 TransportProcessGroup::~TransportProcessGroup() { engine_.reset(); }
 
-std::string TransportProcessGroup::describe(const Call& c, uint64_t seq) const {
+std::string TransportProcessGroup::describe(const Call& c, uint64_t seq) {
   std::string s = detail::concat(op_type_name(c.op), " #", seq);
   if (c.op == OpType::kBarrier) return s;
   s += detail::concat(" (", dtype_name(c.dtype), " x ", c.count, ", ", c.count * dtype_size(c.dtype), " bytes");
@@ -94,29 +94,35 @@ WorkPtr TransportProcessGroup::submit(const Call& call, std::function<void(algor
     PT_THROW(InputError, op_type_name(call.op), ": dtype ", dtype_name(call.dtype),
              " is not supported (f32, bf16, f16, i32, i64)");
   uint64_t seq = seq_++;
-  std::string desc = describe(call, seq);
   bool collective = call.op != OpType::kSend && call.op != OpType::kRecv;
-  return engine_->submit(desc, [this, call, seq, desc, collective, fn = std::move(fn)] {
-    algorithms::Context ctx;
-    ctx.transport = transport_.get();
-    ctx.rank = rank_;
-    ctx.size = size_;
-    ctx.deadline = Deadline::after_seconds(options_.timeout_s);
-    ctx.segment_bytes = std::min(options_.segment_bytes, transport_->slot_bytes()) / 64 * 64;
-    ctx.scratch = &scratch_;
-    try {
-      if (collective && *options_.debug_fingerprint && size_ > 1) check_fingerprint(ctx, call, seq);
-      fn(ctx);
-    } catch (const PeerTimeout& e) {
-      PT_THROW(TimeoutError, "rank ", rank_, ": ", desc, " passed its deadline of ", options_.timeout_s,
-               " s (PARATRAIN_COMM_TIMEOUT_S); ranks not heard from: ", e.peer(), " (", e.what(), ")");
-    } catch (const PeerFailure& e) {
-      PT_THROW(CommError, "rank ", rank_, ": ", desc, " failed: ", e.what());
-    } catch (const CommError& e) {
-      if (std::string(e.what()).find("rank ") == 0) throw;
-      PT_THROW(CommError, "rank ", rank_, ": ", desc, ": ", e.what());
-    }
-  });
+  // Large calls go to the background thread at once; small ones are left a moment for the
+  // caller's wait() to run them on its own thread (no hand-off).
+  bool urgent = call.count * (call.op == OpType::kBarrier ? 0 : dtype_size(call.dtype)) > options_.small_message_bytes;
+  return engine_->submit(
+      std::function<std::string()>([call, seq] { return describe(call, seq); }),
+      [this, call, seq, collective, fn = std::move(fn)] {
+        algorithms::Context ctx;
+        ctx.transport = transport_.get();
+        ctx.rank = rank_;
+        ctx.size = size_;
+        ctx.deadline = Deadline::after_seconds(options_.timeout_s);
+        ctx.segment_bytes = std::min(options_.segment_bytes, transport_->slot_bytes()) / 64 * 64;
+        ctx.scratch = &scratch_;
+        try {
+          if (collective && *options_.debug_fingerprint && size_ > 1) check_fingerprint(ctx, call, seq);
+          fn(ctx);
+        } catch (const PeerTimeout& e) {
+          PT_THROW(TimeoutError, "rank ", rank_, ": ", describe(call, seq), " passed its deadline of ",
+                   options_.timeout_s, " s (PARATRAIN_COMM_TIMEOUT_S); ranks not heard from: ", e.peer(), " (",
+                   e.what(), ")");
+        } catch (const PeerFailure& e) {
+          PT_THROW(CommError, "rank ", rank_, ": ", describe(call, seq), " failed: ", e.what());
+        } catch (const CommError& e) {
+          if (std::string(e.what()).find("rank ") == 0) throw;
+          PT_THROW(CommError, "rank ", rank_, ": ", describe(call, seq), ": ", e.what());
+        }
+      },
+      urgent);
 }
 
 WorkPtr TransportProcessGroup::allreduce(void* buf, size_t count, DType dtype, ReduceOp op) {

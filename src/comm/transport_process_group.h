@@ -46,7 +46,7 @@ class TransportProcessGroup : public ProcessGroup {
   };
   WorkPtr submit(const Call& call, std::function<void(algorithms::Context&)> fn);
   void check_fingerprint(algorithms::Context& ctx, const Call& call, uint64_t seq);
-  std::string describe(const Call& call, uint64_t seq) const;
+  static std::string describe(const Call& call, uint64_t seq);
 
   std::shared_ptr<Store> store_;
   std::unique_ptr<Transport> transport_;

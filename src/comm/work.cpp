@@ -6,6 +6,18 @@
 
 namespace paratrain::comm {
 
+const std::string& Work::description() const {
+  if (!described_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> l(describe_mu_);
+    if (!described_.load(std::memory_order_relaxed)) {
+      if (describe_) description_ = describe_();
+      describe_ = nullptr;
+      described_.store(true, std::memory_order_release);
+    }
+  }
+  return description_;
+}
+
 void Work::finish(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> l(mu_);

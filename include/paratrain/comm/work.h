@@ -24,7 +24,9 @@ namespace paratrain::comm {
 
 class Work {
  public:
-  explicit Work(std::string description) : description_(std::move(description)) {}
+  explicit Work(std::string description) : description_(std::move(description)), described_(true) {}
+  // The description is made on first use (saves formatting it for every small call).
+  explicit Work(std::function<std::string()> describe) : describe_(std::move(describe)) {}
   Work(const Work&) = delete;
   Work& operator=(const Work&) = delete;
   virtual ~Work() = default;
@@ -40,7 +42,7 @@ class Work {
   // The failure's message, or "".
   std::string error_message() const;
   // "allreduce #12 f32 x 1024 (4096 bytes)".
-  const std::string& description() const { return description_; }
+  const std::string& description() const;
 
   // ---- for backends ----
   void finish(std::exception_ptr error = nullptr);
@@ -48,7 +50,10 @@ class Work {
   void set_helper(std::function<void(Work*)> helper) { helper_ = std::move(helper); }
 
  private:
-  std::string description_;
+  mutable std::string description_;
+  mutable std::function<std::string()> describe_;
+  mutable std::atomic<bool> described_{false};
+  mutable std::mutex describe_mu_;
   std::atomic<bool> done_{false};
   std::exception_ptr error_;
   mutable std::mutex mu_;
