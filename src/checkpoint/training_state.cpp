@@ -180,13 +180,16 @@ std::optional<std::string> find_latest_checkpoint(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return std::nullopt;
   const std::string latest = read_latest(dir);
+  auto dirs = step_dirs(dir);
   if (!latest.empty()) {
     const fs::path p = fs::path(dir) / latest;
     if (!fs::is_directory(p, ec))
       PT_THROW(InputError, "checkpoint directory ", dir, ": 'latest' names ", latest, ", which does not exist");
+    // A kill between a manifest and the `latest` update leaves a newer complete checkpoint.
+    for (const auto& [step, q] : dirs)
+      if (step > parse_step_name(latest) && fs::exists(q / kManifest, ec)) return q.string();
     return p.string();
   }
-  auto dirs = step_dirs(dir);
   if (dirs.empty()) return std::nullopt;
   for (const auto& [step, p] : dirs)
     if (fs::exists(p / kManifest, ec)) return p.string();

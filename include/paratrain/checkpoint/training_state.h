@@ -59,8 +59,9 @@ std::string checkpoint_name(int64_t step);
 std::string save_training_state(const std::string& dir, const TrainingState& state, int keep_last = 2);
 
 // The checkpoint a resume should load, or nullopt when D holds none (D missing, empty, or
-// without step_* directories). It is the one D/latest names; without D/latest, the newest
-// step_* that has a manifest. InputError when D/latest is unreadable or names a missing
+// without step_* directories). It is the one D/latest names, unless a newer step_* has a
+// manifest (a kill between the manifest and the `latest` update); without D/latest, the
+// newest step_* that has a manifest. InputError when D/latest is unreadable or names a missing
 // directory, or when step_* directories exist but none is complete (the error names them).
 std::optional<std::string> find_latest_checkpoint(const std::string& dir);
 

@@ -1,0 +1,290 @@
+// Resume from training-state checkpoints through the real `paratrain` binary: a run stopped
+// by SIGKILL after a checkpoint and resumed ends with the same weights, byte for byte, as a
+// run never stopped (one process, and 2 ranks under `paratrain launch`); 2 ranks resume onto
+// 3 at the same global batch; damaged and incomplete checkpoints are named, exit 2, and
+// nothing is trained. Every spawned process has a deadline and is killed past it.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "paratrain/checkpoint/safetensors.h"
+
+namespace fs = std::filesystem;
+using namespace paratrain;
+
+namespace {
+
+const std::string kBin = PARATRAIN_BIN;
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::istringstream is(s);
+  std::vector<std::string> out;
+  for (std::string w; is >> w;) out.push_back(w);
+  return out;
+}
+
+struct Proc {
+  pid_t pid = -1;
+  std::string log;
+};
+
+// Starts argv in `dir` as its own process group, output to `log`.
+Proc start(const std::vector<std::string>& argv, const std::string& dir, const std::string& log) {
+  Proc p;
+  p.log = log;
+  p.pid = ::fork();
+  if (p.pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::setpgid(0, 0);
+    if (::chdir(dir.c_str()) != 0) ::_exit(126);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  return p;
+}
+
+// Waits for p up to timeout_s; past it kills its process group. Exit code, -signal, or
+// -1000 on timeout.
+int wait_for(const Proc& p, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    int st = 0;
+    if (::waitpid(p.pid, &st, WNOHANG) == p.pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(-p.pid, SIGKILL);
+      ::waitpid(p.pid, &st, 0);
+      return -1000;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// The direct children of `pid` (the ranks of a launcher).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  for (pid_t c; f >> c;) out.push_back(c);
+  return out;
+}
+
+double max_rel_diff(const std::string& a_path, const std::string& b_path) {
+  auto a = checkpoint::load_safetensors(a_path);
+  auto b = checkpoint::load_safetensors(b_path);
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (auto& [name, tb] : b) {
+    auto va = a.at(name).to_vector(), vb = tb.to_vector();
+    double d = 0, n = 0;
+    for (size_t i = 0; i < vb.size(); ++i) d += std::pow(double(va[i]) - vb[i], 2), n += double(vb[i]) * vb[i];
+    worst = std::max(worst, std::sqrt(d) / std::max(std::sqrt(n), 1e-30));
+  }
+  return worst;
+}
+
+class Resume : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() / ("paratrain_resume_" + std::to_string(::getpid()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    const int32_t n = 40000;  // a token file with some structure, vocab 256
+    std::vector<int32_t> header(256, 0);
+    header[0] = 20240520, header[1] = 1, header[2] = n;
+    std::mt19937 gen(7);
+    std::vector<uint16_t> toks(n);
+    for (int32_t i = 0; i < n; ++i) toks[i] = static_cast<uint16_t>(i % 7 ? gen() % 256 : (i / 7) % 256);
+    std::ofstream f(dir_ + "/t.bin", std::ios::binary);
+    f.write(reinterpret_cast<const char*>(header.data()), 256 * 4);
+    f.write(reinterpret_cast<const char*>(toks.data()), n * 2);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  std::vector<std::string> argv(int nproc, const std::string& args) const {
+    std::vector<std::string> a = {kBin};
+    if (nproc > 0) a = {kBin, "launch", "--nproc-per-node", std::to_string(nproc), "--", kBin};
+    for (auto& w : split(args)) a.push_back(w);
+    return a;
+  }
+  // Runs to completion (nproc 0: one process without the launcher). Exit code; output in *out.
+  int run(int nproc, const std::string& args, std::string* out, double timeout_s = 60) {
+    Proc p = start(argv(nproc, args), dir_, dir_ + "/run" + std::to_string(runs_++) + ".log");
+    const int rc = wait_for(p, timeout_s);
+    *out = read_text(p.log);
+    return rc;
+  }
+  // Starts a run and SIGKILLs it (nproc 0: the process; else one rank of the launcher) as
+  // soon as `ckpt`/manifest.json exists. Returns the launcher's / process's exit status.
+  int run_and_kill(int nproc, const std::string& args, const std::string& ckpt, std::string* out) {
+    Proc p = start(argv(nproc, args), dir_, dir_ + "/killed" + std::to_string(runs_++) + ".log");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    bool killed = false;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (fs::exists(path(ckpt + "/manifest.json"))) {
+        if (nproc == 0) {
+          killed = ::kill(p.pid, SIGKILL) == 0;
+        } else {
+          auto kids = children_of(p.pid);
+          if (!kids.empty()) killed = ::kill(kids.back(), SIGKILL) == 0;  // one rank dies
+        }
+        break;
+      }
+      int st;
+      if (::waitpid(p.pid, &st, WNOHANG) == p.pid) {  // ended before the checkpoint appeared
+        *out = read_text(p.log);
+        ADD_FAILURE() << "the run ended before " << ckpt << " appeared:\n" << *out;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_TRUE(killed) << "could not kill the run at " << ckpt;
+    const int rc = wait_for(p, 60);
+    *out = read_text(p.log);
+    return rc;
+  }
+  // The step a resumed run said it continues from ("resuming from ck/step_N"); -1 if none.
+  static int64_t resumed_step(const std::string& out) {
+    const std::string key = "resuming from ck/step_";
+    auto at = out.find(key);
+    return at == std::string::npos ? -1 : std::stoll(out.substr(at + key.size()));
+  }
+  std::string latest() const {
+    std::string s = read_text(path("ck/latest"));
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  std::string dir_;
+  int runs_ = 0;
+};
+
+const std::string kTrain = "train --model gpt-nano --data t.bin --quiet ";
+
+TEST_F(Resume, OneProcessKilledAndResumedIsBitIdentical) {
+  const std::string args = kTrain + "--steps 30 --micro-batch 4 ";
+  std::string out;
+  ASSERT_EQ(run(0, args + "--save-final full.st", &out), 0) << out;
+  // Checkpointing does not change the run.
+  ASSERT_EQ(run(0, args + "--checkpoint-dir ck0 --checkpoint-every 5 --save-final ck0.st", &out), 0) << out;
+  EXPECT_TRUE(read_text(path("ck0.st")) == read_text(path("full.st"))) << "checkpointing changed the weights";
+
+  const int rc = run_and_kill(0, args + "--checkpoint-dir ck --checkpoint-every 5 --save-final resumed.st",
+                              "ck/step_5", &out);
+  ASSERT_EQ(rc, -SIGKILL) << out;
+  ASSERT_FALSE(fs::exists(path("resumed.st")));
+  ASSERT_EQ(run(0, args + "--checkpoint-dir ck --checkpoint-every 5 --resume --save-final resumed.st", &out), 0)
+      << out;
+  const int64_t at = resumed_step(out);
+  ASSERT_GE(at, 5) << out;
+  ASSERT_LT(at, 30) << "the kill came too late to test anything: " << out;
+  EXPECT_TRUE(read_text(path("resumed.st")) == read_text(path("full.st")))
+      << "resumed from " << at << ": weights differ from the uninterrupted run";
+  // Only the last two checkpoints are kept.
+  EXPECT_TRUE(fs::exists(path("ck/step_30/manifest.json")));
+  EXPECT_TRUE(fs::exists(path("ck/step_25/manifest.json")));
+  EXPECT_FALSE(fs::exists(path("ck/step_20")));
+}
+
+TEST_F(Resume, TwoRanksKilledAndResumedEqualUninterrupted) {
+  const std::string args = kTrain + "--steps 24 --micro-batch 3 ";
+  std::string out;
+  ASSERT_EQ(run(2, args + "--save-final full.st", &out), 0) << out;
+  const int rc =
+      run_and_kill(2, args + "--checkpoint-dir ck --checkpoint-every 4 --save-final resumed.st", "ck/step_4", &out);
+  ASSERT_NE(rc, 0) << "a rank was SIGKILLed, the launcher must fail: " << out;
+  ASSERT_FALSE(fs::exists(path("resumed.st")));
+  ASSERT_EQ(run(2, args + "--checkpoint-dir ck --checkpoint-every 4 --resume --save-final resumed.st", &out), 0)
+      << out;
+  const int64_t at = resumed_step(out);
+  ASSERT_GE(at, 4) << out;
+  ASSERT_LT(at, 24) << "the kill came too late to test anything: " << out;
+  EXPECT_TRUE(read_text(path("resumed.st")) == read_text(path("full.st")))
+      << "2 ranks resumed from " << at << ": weights differ from the uninterrupted run";
+}
+
+TEST_F(Resume, TwoRanksResumeOntoThreeAtTheSameGlobalBatch) {
+  // SGD: AdamW turns rounding noise of zero-gradient elements into full-size steps.
+  const std::string args = kTrain + "--steps 12 --optimizer sgd --lr 0.1 ";
+  std::string out;
+  ASSERT_EQ(run(2, args + "--micro-batch 3 --save-final full.st", &out), 0) << out;
+  // 2 ranks x 3 stop after step 6 (SIGKILL once step_6 is saved) ...
+  const int rc = run_and_kill(2, args + "--micro-batch 3 --checkpoint-dir ck --checkpoint-every 6", "ck/step_6", &out);
+  if (fs::exists(path("ck/step_12"))) {
+    // The run outran the kill; go back to step 6 by hand (as if the kill had come earlier).
+    fs::remove_all(path("ck/step_12"));
+    std::ofstream(path("ck/latest")) << "step_6\n";
+  }
+  (void)rc;
+  // ... and 3 ranks x 2 continue: global batch 6 both times.
+  ASSERT_EQ(run(3, args + "--micro-batch 2 --checkpoint-dir ck --resume --save-final three.st", &out), 0) << out;
+  EXPECT_EQ(resumed_step(out), 6) << out;
+  EXPECT_NE(out.find("saved by 2 ranks, now 3"), std::string::npos) << out;
+  const double d = max_rel_diff(path("three.st"), path("full.st"));
+  EXPECT_LT(d, 1e-6) << "3 ranks resumed from 2: relative difference " << d;
+  // A different global batch is refused, naming both.
+  ASSERT_EQ(run(3, args + "--micro-batch 3 --checkpoint-dir ck --resume", &out), 2) << out;
+  EXPECT_NE(out.find("global batch"), std::string::npos) << out;
+}
+
+TEST_F(Resume, DamagedAndIncompleteCheckpointsAreNamedAndNothingIsLoaded) {
+  const std::string args = kTrain + "--steps 6 --micro-batch 2 --checkpoint-dir ck --checkpoint-every 3 ";
+  std::string out;
+  // No checkpoint yet: a fresh start, said so.
+  ASSERT_EQ(run(0, args + "--resume", &out), 0) << out;
+  EXPECT_NE(out.find("no checkpoint in ck"), std::string::npos) << out;
+  ASSERT_EQ(latest(), "step_6");
+  // A different learning rate is refused, naming the setting.
+  ASSERT_EQ(run(0, args + "--resume --lr 0.01", &out), 2) << out;
+  EXPECT_NE(out.find("lr = "), std::string::npos) << out;
+
+  // Flip one byte of the model's weights.
+  const std::string model = path("ck/step_6/model.safetensors");
+  const std::string good = read_text(model);
+  {
+    std::string bad = good;
+    bad[bad.size() - 5] ^= 0x10;
+    std::ofstream(model, std::ios::binary) << bad;
+  }
+  ASSERT_EQ(run(0, args + "--resume --save-final x.st", &out), 2) << out;
+  EXPECT_NE(out.find("ck/step_6 is damaged"), std::string::npos) << out;
+  EXPECT_NE(out.find("model.safetensors"), std::string::npos) << out;
+  EXPECT_EQ(out.find("paratrain train:"), std::string::npos) << "training started: " << out;
+  EXPECT_FALSE(fs::exists(path("x.st")));
+  std::ofstream(model, std::ios::binary) << good;
+
+  // Manifest missing: incomplete.
+  fs::remove(path("ck/step_6/manifest.json"));
+  ASSERT_EQ(run(0, args + "--resume --save-final x.st", &out), 2) << out;
+  EXPECT_NE(out.find("ck/step_6 is incomplete"), std::string::npos) << out;
+  EXPECT_NE(out.find("manifest.json"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(path("x.st")));
+}
+
+}  // namespace
