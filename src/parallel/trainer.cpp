@@ -304,7 +304,11 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   // ---- resume: the whole checkpoint is verified and read before anything is applied ----
   const nlohmann::json this_run = run_config(cfg, micro_batch, world, steps, lr);
   std::optional<checkpoint::TrainingState> resumed;
-  if (cfg.resume) {
+  // A group restarted by `paratrain launch --max-restarts` (TORCHELASTIC_RESTART_COUNT > 0)
+  // resumes from its checkpoints without being told (issue: launcher restarts).
+  const int64_t restart_count = env::raw_int("TORCHELASTIC_RESTART_COUNT").value_or(0);
+  if (cfg.resume || (restart_count > 0 && !cfg.checkpoint_dir.empty())) {
+    if (!cfg.resume) log << "restart " << restart_count << " of the group: resuming from " << cfg.checkpoint_dir << "\n";
     if (auto ckpt = checkpoint::find_latest_checkpoint(cfg.checkpoint_dir)) {
       if (cfg.dropout > 0)
         PT_THROW(InputError, "--resume with --dropout > 0 is not supported yet: the dropout generator's state is "

@@ -229,6 +229,37 @@ TEST_F(Resume, TwoRanksKilledAndResumedEqualUninterrupted) {
       << "2 ranks resumed from " << at << ": weights differ from the uninterrupted run";
 }
 
+TEST_F(Resume, LauncherRestartResumesFromTheCheckpoint) {
+  // paratrain launch --max-restarts 1: a rank SIGKILLed after a checkpoint, the group
+  // restarts and continues from the checkpoint without --resume on the command line.
+  const std::string args = kTrain + "--steps 24 --micro-batch 3 ";
+  std::string out;
+  ASSERT_EQ(run(2, args + "--save-final full.st", &out), 0) << out;
+  Proc p = start({kBin, "launch", "--nproc-per-node", "2", "--max-restarts", "1", "--", kBin, "train", "--model",
+                  "gpt-nano", "--data", "t.bin", "--quiet", "--steps", "24", "--micro-batch", "3", "--checkpoint-dir",
+                  "ck", "--checkpoint-every", "4", "--save-final", "restarted.st"},
+                 dir_, path("restart.log"));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool killed = false;
+  while (!killed && std::chrono::steady_clock::now() < deadline) {
+    if (fs::exists(path("ck/step_4/manifest.json"))) {
+      auto kids = children_of(p.pid);
+      if (!kids.empty()) killed = ::kill(kids.back(), SIGKILL) == 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const int rc = wait_for(p, 90);
+  out = read_text(p.log);
+  ASSERT_TRUE(killed) << out;
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("restarts used: 1"), std::string::npos) << out;
+  const int64_t at = resumed_step(out);
+  ASSERT_GE(at, 4) << out;
+  ASSERT_LT(at, 24) << "the kill came too late to test anything: " << out;
+  EXPECT_TRUE(read_text(path("restarted.st")) == read_text(path("full.st")))
+      << "restarted from step " << at << ": weights differ from the uninterrupted run";
+}
+
 TEST_F(Resume, TwoRanksResumeOntoThreeAtTheSameGlobalBatch) {
   // SGD: AdamW turns rounding noise of zero-gradient elements into full-size steps.
   const std::string args = kTrain + "--steps 12 --optimizer sgd --lr 0.1 ";
