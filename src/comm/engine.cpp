@@ -1,12 +1,12 @@
 #include "comm/engine.h"
 
-#include <chrono>
-
 #include "paratrain/base/error.h"
 
 namespace paratrain::comm {
 namespace {
+using SteadyClock = std::chrono::steady_clock;
 constexpr auto kPoll = std::chrono::microseconds(500);
+constexpr auto kMediumGrace = std::chrono::microseconds(50);
 constexpr auto kIdle = std::chrono::milliseconds(200);
 }  // namespace
 
@@ -21,21 +21,23 @@ Engine::~Engine() {
   thread_.join();
 }
 
-WorkPtr Engine::submit(std::string description, std::function<void()> fn, bool urgent) {
-  return enqueue(std::make_shared<Work>(std::move(description)), std::move(fn), urgent);
+WorkPtr Engine::submit(std::string description, std::function<void()> fn, Size size) {
+  return enqueue(std::make_shared<Work>(std::move(description)), std::move(fn), size);
 }
 
-WorkPtr Engine::submit(std::function<std::string()> describe, std::function<void()> fn, bool urgent) {
-  return enqueue(std::make_shared<Work>(std::move(describe)), std::move(fn), urgent);
+WorkPtr Engine::submit(std::function<std::string()> describe, std::function<void()> fn, Size size) {
+  return enqueue(std::make_shared<Work>(std::move(describe)), std::move(fn), size);
 }
 
-WorkPtr Engine::enqueue(WorkPtr work, std::function<void()> fn, bool urgent) {
+WorkPtr Engine::enqueue(WorkPtr work, std::function<void()> fn, Size size) {
   work->set_helper([this](Work* w) { help(w); });
+  auto now = SteadyClock::now();
+  auto take_after = size == Size::kLarge ? now : size == Size::kMedium ? now + kMediumGrace : now + kPoll;
   bool wake;
   {
     std::lock_guard<std::mutex> l(mu_);
-    queue_.push_back(Task{work, std::move(fn), next_id_++, urgent});
-    wake = thread_idle_ && (urgent || !polling_);
+    queue_.push_back(Task{work, std::move(fn), take_after, size == Size::kSmall});
+    wake = thread_idle_ && (!polling_ || size != Size::kSmall);
   }
   if (wake) cv_.notify_all();
   return work;
@@ -73,45 +75,32 @@ void Engine::run(Task& t, std::unique_lock<std::mutex>& l) {
 
 void Engine::loop() {
   std::unique_lock<std::mutex> l(mu_);
-  auto last_task = std::chrono::steady_clock::now();
+  auto last_task = SteadyClock::now();
   for (;;) {
-    // Runnable by this thread: anything when stopping, an urgent task at once, any other
-    // task once it was already queued at the previous poll (its waiter, if any, had its
-    // chance to run it without a hand-off).
-    auto takeable = [&] {
-      if (queue_.empty() || executing_) return false;
-      return stop_ || queue_.front().urgent || queue_.front().id < seen_id_;
-    };
-    thread_idle_ = true;
-    if (stop_ && queue_.empty() && !executing_) {
-      thread_idle_ = false;
-      return;
-    }
-    if (!takeable()) {
-      if (polling_) {
-        seen_id_ = next_id_;
-        cv_.wait_for(l, kPoll, [&] {
-          return !executing_ && (stop_ || (!queue_.empty() && queue_.front().urgent));
-        });
-      } else {
-        cv_.wait(l, [&] { return stop_ || (!queue_.empty() && !executing_); });
-        polling_ = true;  // tasks are coming: poll for a while (no wake-ups needed)
-        seen_id_ = next_id_;
-        last_task = std::chrono::steady_clock::now();
-        thread_idle_ = false;
-        continue;
-      }
-    }
-    thread_idle_ = false;
-    auto now = std::chrono::steady_clock::now();
-    if (next_id_ != seen_id_ || !queue_.empty()) last_task = now;
-    if (!takeable()) {
-      if (queue_.empty() && now - last_task > kIdle) polling_ = false;
+    if (stop_ && queue_.empty() && !executing_) return;
+    auto now = SteadyClock::now();
+    if (!queue_.empty() && !executing_ && (stop_ || queue_.front().take_after <= now)) {
+      // Nobody waited for it within its grace period (or we are stopping): run it here.
+      Task t = std::move(queue_.front());
+      queue_.pop_front();
+      run(t, l);
+      last_task = SteadyClock::now();
       continue;
     }
-    Task t = std::move(queue_.front());
-    queue_.pop_front();
-    run(t, l);
+    if (!queue_.empty() || executing_) last_task = now;
+    if (!polling_) {
+      thread_idle_ = true;
+      cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+      thread_idle_ = false;
+      polling_ = true;  // tasks are coming: poll for a while (small ones need no wake-up)
+      continue;
+    }
+    auto until = now + kPoll;
+    if (!queue_.empty() && !executing_ && queue_.front().take_after < until) until = queue_.front().take_after;
+    thread_idle_ = true;
+    cv_.wait_until(l, until);
+    thread_idle_ = false;
+    if (queue_.empty() && !executing_ && !stop_ && SteadyClock::now() - last_task > kIdle) polling_ = false;
   }
 }
 
@@ -121,9 +110,9 @@ void Engine::help(Work* w) {
     Task t = std::move(queue_.front());
     queue_.pop_front();
     run(t, l);
-    // The background thread needs a wake-up only if it does not poll, or for an urgent
-    // task, or to finish stopping.
-    if (thread_idle_ && (!polling_ || stop_ || (!queue_.empty() && queue_.front().urgent))) cv_.notify_all();
+    // The background thread needs a wake-up to finish stopping, or for a waiting task that
+    // is not small (it may sleep past that task's grace period otherwise).
+    if (thread_idle_ && (stop_ || (!queue_.empty() && (!polling_ || !queue_.front().small)))) cv_.notify_all();
   }
 }
 

@@ -2,16 +2,18 @@
 //
 // Tasks run one at a time in submission order. A thread blocked in Work::wait() runs
 // queued tasks itself (in order, only while nothing else executes), which saves a thread
-// hand-off for short operations. The background thread runs what nobody waits for: an
-// `urgent` task (a large one, where a hand-off costs nothing) at once; any other task once
-// it has sat in the queue for one poll period (kPoll). While tasks keep coming the thread
-// polls (a timed sleep, so submitting costs no wake-up system call and no thread of the
-// group competes for a core with the peers' spinning); after kIdle without any it sleeps
-// until the next submission wakes it. After a task fails, the engine is broken: later tasks fail at once with a
-// CommError that quotes the first failure. Thread-safe.
+// hand-off for short operations. The background thread runs what nobody waits for, once
+// the task's grace period has passed: kSmall tasks after one poll period (kPoll), kMedium
+// ones after 50 us, kLarge ones (where a hand-off costs nothing) at once. While tasks keep
+// coming the thread polls (a timed sleep), so a small task costs no wake-up system call
+// and no thread of the group competes for a core with the peers' spinning; after kIdle
+// without tasks it sleeps until the next submission wakes it. After a task fails, the
+// engine is broken: later tasks fail at once with a CommError that quotes the first
+// failure. Thread-safe.
 #pragma once
 
 #include <condition_variable>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -29,9 +31,10 @@ class Engine {
   ~Engine();  // drains the queue (each task has its own deadline), then stops the thread
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
-  WorkPtr submit(std::string description, std::function<void()> fn, bool urgent = false);
+  enum class Size { kSmall, kMedium, kLarge };
+  WorkPtr submit(std::string description, std::function<void()> fn, Size size = Size::kMedium);
   // Same, with the description made only if someone asks for it (errors, description()).
-  WorkPtr submit(std::function<std::string()> describe, std::function<void()> fn, bool urgent = false);
+  WorkPtr submit(std::function<std::string()> describe, std::function<void()> fn, Size size = Size::kMedium);
   // Marks the engine broken (used by a backend that learned of a failure).
   void set_broken(const std::string& why);
 
@@ -39,10 +42,10 @@ class Engine {
   struct Task {
     WorkPtr work;
     std::function<void()> fn;
-    uint64_t id = 0;
-    bool urgent = false;
+    std::chrono::steady_clock::time_point take_after;  // the background thread's turn
+    bool small = false;
   };
-  WorkPtr enqueue(WorkPtr work, std::function<void()> fn, bool urgent);
+  WorkPtr enqueue(WorkPtr work, std::function<void()> fn, Size size);
   void loop();
   void help(Work* w);
   void run(Task& t, std::unique_lock<std::mutex>& l);
@@ -53,9 +56,7 @@ class Engine {
   bool executing_ = false;
   bool stop_ = false;
   bool thread_idle_ = false;
-  bool polling_ = false;       // the thread sleeps with a timeout (no wake-up needed)
-  uint64_t next_id_ = 0;       // id of the next task
-  uint64_t seen_id_ = 0;       // tasks with id < seen_id_ were queued before the last poll
+  bool polling_ = false;  // the thread sleeps with a timeout (small tasks need no wake-up)
   std::string broken_;
   std::thread thread_;
 };

@@ -95,9 +95,13 @@ WorkPtr TransportProcessGroup::submit(const Call& call, std::function<void(algor
              " is not supported (f32, bf16, f16, i32, i64)");
   uint64_t seq = seq_++;
   bool collective = call.op != OpType::kSend && call.op != OpType::kRecv;
-  // Large calls go to the background thread at once; small ones are left a moment for the
-  // caller's wait() to run them on its own thread (no hand-off).
-  bool urgent = call.count * (call.op == OpType::kBarrier ? 0 : dtype_size(call.dtype)) > options_.small_message_bytes;
+  // Small calls are left up to a poll period (no wake-up) and medium ones 50 us for the
+  // caller's wait() to run them on its own thread (no hand-off); calls of 4 MiB and more go
+  // to the background thread at once.
+  size_t bytes = call.count * (call.op == OpType::kBarrier ? 0 : dtype_size(call.dtype));
+  Engine::Size size = bytes <= options_.small_message_bytes ? Engine::Size::kSmall
+                      : bytes < (size_t(4) << 20)         ? Engine::Size::kMedium
+                                                          : Engine::Size::kLarge;
   return engine_->submit(
       std::function<std::string()>([call, seq] { return describe(call, seq); }),
       [this, call, seq, collective, fn = std::move(fn)] {
@@ -122,7 +126,7 @@ WorkPtr TransportProcessGroup::submit(const Call& call, std::function<void(algor
           PT_THROW(CommError, "rank ", rank_, ": ", describe(call, seq), ": ", e.what());
         }
       },
-      urgent);
+      size);
 }
 
 WorkPtr TransportProcessGroup::allreduce(void* buf, size_t count, DType dtype, ReduceOp op) {
