@@ -6,7 +6,7 @@ namespace paratrain::comm {
 namespace {
 using SteadyClock = std::chrono::steady_clock;
 constexpr auto kPoll = std::chrono::microseconds(500);
-constexpr auto kMediumGrace = std::chrono::microseconds(50);
+constexpr auto kLargeGrace = std::chrono::microseconds(50);
 constexpr auto kIdle = std::chrono::milliseconds(200);
 }  // namespace
 
@@ -32,7 +32,7 @@ WorkPtr Engine::submit(std::function<std::string()> describe, std::function<void
 WorkPtr Engine::enqueue(WorkPtr work, std::function<void()> fn, Size size) {
   work->set_helper([this](Work* w) { help(w); });
   auto now = SteadyClock::now();
-  auto take_after = size == Size::kLarge ? now : size == Size::kMedium ? now + kMediumGrace : now + kPoll;
+  auto take_after = size == Size::kSmall ? now + kPoll : now + kLargeGrace;
   bool wake;
   {
     std::lock_guard<std::mutex> l(mu_);

@@ -3,8 +3,8 @@
 // Tasks run one at a time in submission order. A thread blocked in Work::wait() runs
 // queued tasks itself (in order, only while nothing else executes), which saves a thread
 // hand-off for short operations. The background thread runs what nobody waits for, once
-// the task's grace period has passed: kSmall tasks after one poll period (kPoll), kMedium
-// ones after 50 us, kLarge ones (where a hand-off costs nothing) at once. While tasks keep
+// the task's grace period has passed: kSmall tasks after one poll period (kPoll), kLarge
+// ones after 50 us (the thread is woken for them). While tasks keep
 // coming the thread polls (a timed sleep), so a small task costs no wake-up system call
 // and no thread of the group competes for a core with the peers' spinning; after kIdle
 // without tasks it sleeps until the next submission wakes it. After a task fails, the
@@ -31,10 +31,10 @@ class Engine {
   ~Engine();  // drains the queue (each task has its own deadline), then stops the thread
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
-  enum class Size { kSmall, kMedium, kLarge };
-  WorkPtr submit(std::string description, std::function<void()> fn, Size size = Size::kMedium);
+  enum class Size { kSmall, kLarge };
+  WorkPtr submit(std::string description, std::function<void()> fn, Size size = Size::kLarge);
   // Same, with the description made only if someone asks for it (errors, description()).
-  WorkPtr submit(std::function<std::string()> describe, std::function<void()> fn, Size size = Size::kMedium);
+  WorkPtr submit(std::function<std::string()> describe, std::function<void()> fn, Size size = Size::kLarge);
   // Marks the engine broken (used by a backend that learned of a failure).
   void set_broken(const std::string& why);
 

@@ -95,13 +95,10 @@ WorkPtr TransportProcessGroup::submit(const Call& call, std::function<void(algor
              " is not supported (f32, bf16, f16, i32, i64)");
   uint64_t seq = seq_++;
   bool collective = call.op != OpType::kSend && call.op != OpType::kRecv;
-  // Small calls are left up to a poll period (no wake-up) and medium ones 50 us for the
-  // caller's wait() to run them on its own thread (no hand-off); calls of 4 MiB and more go
-  // to the background thread at once.
+  // Small calls are left up to a poll period (no wake-up), others 50 us, for the caller's
+  // wait() to run them on its own thread (no hand-off).
   size_t bytes = call.count * (call.op == OpType::kBarrier ? 0 : dtype_size(call.dtype));
-  Engine::Size size = bytes <= options_.small_message_bytes ? Engine::Size::kSmall
-                      : bytes < (size_t(4) << 20)         ? Engine::Size::kMedium
-                                                          : Engine::Size::kLarge;
+  Engine::Size size = bytes <= options_.small_message_bytes ? Engine::Size::kSmall : Engine::Size::kLarge;
   return engine_->submit(
       std::function<std::string()>([call, seq] { return describe(call, seq); }),
       [this, call, seq, collective, fn = std::move(fn)] {
