@@ -52,10 +52,13 @@ class Task {
   virtual void evaluate(int64_t max_batches, nlohmann::json& out) = 0;
   virtual nn::Module& init_target() { return module(); }
   virtual checkpoint::Metadata metadata() const = 0;
+  // The generator random layers draw from, or null when the model has none.
+  virtual Generator* generator() { return nullptr; }
 };
 
 class GptTask final : public Task {
  public:
+  Generator* generator() override { return &model_->generator(); }
   GptTask(const TrainConfig& c, int64_t micro_batch, int dp, int dp_rank) : dp_rank_(dp_rank) {
     nn::GPTConfig g = nn::GPTConfig::preset(c.model);
     if (c.n_layer) g.n_layer = c.n_layer;
@@ -310,9 +313,6 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   if (cfg.resume || (restart_count > 0 && !cfg.checkpoint_dir.empty())) {
     if (!cfg.resume) log << "restart " << restart_count << " of the group: resuming from " << cfg.checkpoint_dir << "\n";
     if (auto ckpt = checkpoint::find_latest_checkpoint(cfg.checkpoint_dir)) {
-      if (cfg.dropout > 0)
-        PT_THROW(InputError, "--resume with --dropout > 0 is not supported yet: the dropout generator's state is "
-                             "not reachable from the trainer, so a resumed run would draw different masks");
       resumed = checkpoint::load_training_state(*ckpt);
       check_resume_config(*ckpt, resumed->config, this_run);
       if (resumed->step > steps)
@@ -360,6 +360,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   }
   if (resumed) {
     opt->load_state_dict(resumed->optimizer, resumed->optimizer_steps);
+    if (Generator* gen = task->generator(); gen && resumed->rng) gen->set_state(*resumed->rng);
     resumed->model.clear();
     resumed->optimizer.clear();
   }
@@ -372,6 +373,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     st.optimizer = opt->state_dict();
     st.optimizer_steps = opt->steps_taken();
     st.loss_scale = 1.0;
+    if (Generator* gen = task->generator()) st.rng = gen->state();
     st.world_size = world;
     st.config = this_run;
     checkpoint::save_training_state(cfg.checkpoint_dir, st, 2);

@@ -77,6 +77,8 @@ class GPT : public Module {
   Tensor loss(const Tensor& tokens, const Tensor& targets) const;
   // The final hidden states (B,T,C), before the LM head.
   Tensor hidden(const Tensor& tokens) const;
+  // The generator dropout draws its masks from (its state goes into training checkpoints).
+  Generator& generator() { return gen_; }
 
   std::shared_ptr<Embedding> wte, wpe;
   std::vector<std::shared_ptr<GPTBlock>> h;
