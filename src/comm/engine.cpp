@@ -37,6 +37,7 @@ WorkPtr Engine::enqueue(WorkPtr work, std::function<void()> fn, Size size) {
   {
     std::lock_guard<std::mutex> l(mu_);
     queue_.push_back(Task{work, std::move(fn), take_after, size == Size::kSmall});
+    ++submitted_;
     wake = thread_idle_ && (!polling_ || size != Size::kSmall);
   }
   if (wake) cv_.notify_all();
@@ -76,6 +77,7 @@ void Engine::run(Task& t, std::unique_lock<std::mutex>& l) {
 void Engine::loop() {
   std::unique_lock<std::mutex> l(mu_);
   auto last_task = SteadyClock::now();
+  uint64_t seen = submitted_;
   for (;;) {
     if (stop_ && queue_.empty() && !executing_) return;
     auto now = SteadyClock::now();
@@ -87,7 +89,8 @@ void Engine::loop() {
       last_task = SteadyClock::now();
       continue;
     }
-    if (!queue_.empty() || executing_) last_task = now;
+    if (!queue_.empty() || executing_ || seen != submitted_) last_task = now;
+    seen = submitted_;
     if (!polling_) {
       thread_idle_ = true;
       cv_.wait(l, [&] { return stop_ || !queue_.empty(); });

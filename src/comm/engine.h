@@ -57,6 +57,7 @@ class Engine {
   bool stop_ = false;
   bool thread_idle_ = false;
   bool polling_ = false;  // the thread sleeps with a timeout (small tasks need no wake-up)
+  uint64_t submitted_ = 0;  // tasks submitted so far (activity keeps the thread polling)
   std::string broken_;
   std::thread thread_;
 };
