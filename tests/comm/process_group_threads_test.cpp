@@ -138,6 +138,33 @@ TEST(PgThreadsMisc, AsyncWorksCompleteInOrder) {
   });
 }
 
+// Small calls nobody waits for still run (on the group's background thread, which polls
+// rather than being woken for them): rank 1 only polls is_completed() while rank 0 waits.
+TEST(PgThreadsMisc, SmallCallsNobodyWaitsForComplete) {
+  ProcessGroupOptions o;
+  o.backend = "shm";
+  o.timeout_s = 30;
+  run_ranks(2, o, [&](ProcessGroup& pg) {
+    for (int round = 0; round < 3; ++round) {
+      std::vector<float> v(256, float(pg.rank() + 1));
+      WorkPtr w = pg.allreduce(v.data(), v.size(), DType::F32);
+      if (pg.rank() == 0) {
+        w->wait();
+      } else {
+        auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!w->is_completed() && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+        ASSERT_TRUE(w->is_completed());
+        w->wait();
+      }
+      EXPECT_EQ(v[255], 3.f);
+      // An idle gap longer than the engine's polling window, so the next call finds the
+      // background thread asleep.
+      if (round == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+  });
+}
+
 TEST(PgThreadsMisc, MismatchedCollectiveIsReportedOnEveryRank) {
   ProcessGroupOptions o;
   o.backend = "shm";
