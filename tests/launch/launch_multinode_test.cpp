@@ -32,7 +32,8 @@ int free_port() {
 
 // Starts node `node` of a 2-node job with `nproc` ranks; `prefix` runs it elsewhere (ip netns exec).
 Proc start_node(const std::vector<std::string>& prefix, int node, int nproc, const std::string& addr, int port,
-                const std::vector<std::string>& rank_args, const std::string& extra = "") {
+                const std::vector<std::string>& rank_args, const std::string& extra = "",
+                const std::string& program = kRank, const std::vector<std::string>& env = {}) {
   std::vector<std::string> argv = prefix;
   std::vector<std::string> l = {kLauncher, "--nnodes", "2", "--node-rank", std::to_string(node), "--nproc-per-node",
                                 std::to_string(nproc), "--master-addr", addr, "--master-port", std::to_string(port),
@@ -43,9 +44,11 @@ Proc start_node(const std::vector<std::string>& prefix, int node, int nproc, con
   }
   argv.insert(argv.end(), l.begin(), l.end());
   argv.push_back("--");
-  argv.push_back(kRank);
+  argv.push_back(program);
   argv.insert(argv.end(), rank_args.begin(), rank_args.end());
-  return start(argv, {"PARATRAIN_TOKEN=shared-secret-of-the-job"});
+  std::vector<std::string> job_env = {"PARATRAIN_TOKEN=shared-secret-of-the-job"};
+  job_env.insert(job_env.end(), env.begin(), env.end());
+  return start(argv, job_env);
 }
 
 void check_job(const RunResult& n0, const RunResult& n1, const std::string& addr) {
@@ -157,6 +160,23 @@ TEST_F(NetnsPair, OneJobAcrossTwoNamespaces) {
   auto n1 = finish(b, 40);
   auto n0 = finish(a, 40);
   check_job(n0, n1, "10.213.7.1");
+}
+
+// The comm layer's tcp transport across the namespaces: four ranks (two per namespace) build
+// a ProcessGroup from the launcher's environment and all-reduce rank+1 over tcp pairs.
+TEST_F(NetnsPair, TcpAllreduceAcrossTwoNamespaces) {
+  const std::string pg = std::string(PARATRAIN_TEST_BIN_DIR) + "/pg_helper";
+  Proc a = start_node({"ip", "netns", "exec", ns0_}, 0, 2, "10.213.7.1", 29501, {}, "", pg, {"PARATRAIN_BACKEND=tcp"});
+  Proc b = start_node({"ip", "netns", "exec", ns1_}, 1, 2, "10.213.7.1", 29501, {}, "", pg, {"PARATRAIN_BACKEND=tcp"});
+  auto n1 = finish(b, 60);
+  auto n0 = finish(a, 60);
+  ASSERT_EQ(n0.status, 0) << n0.err << n1.err;
+  ASSERT_EQ(n1.status, 0) << n1.err << n0.err;
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string& out = rank < 2 ? n0.out : n1.out;
+    const std::string want = "[" + std::to_string(rank) + "] PG_OK rank=" + std::to_string(rank) + " size=4 sum=10";
+    EXPECT_EQ(lines_with(out, want).size(), 1u) << want << " in:\n" << out;
+  }
 }
 
 }  // namespace
