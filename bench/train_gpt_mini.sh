@@ -20,18 +20,8 @@ BIN="$BUILD_DIR/bin/paratrain"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-# Token data: the WordNet corpus when prepared by `make demo`, else random tokens.
-DATA="$ROOT/demo-out/data/train.bin"
-if [ ! -f "$DATA" ]; then
-  DATA="$WORK/tokens.bin"
-  /usr/bin/python3 - "$DATA" <<'PY'
-import sys, numpy as np
-n = 600_000
-hdr = np.zeros(256, dtype='<i4'); hdr[0] = 20240520; hdr[1] = 1; hdr[2] = n
-toks = np.random.default_rng(0).integers(0, 4096, n, dtype=np.uint16)
-with open(sys.argv[1], 'wb') as f: f.write(hdr.tobytes()); f.write(toks.astype('<u2').tobytes())
-PY
-fi
+source "$ROOT/bench/lib.sh"
+DATA=$(bench_token_file "$WORK")
 
 echo "gpt-mini, micro-batch 8, f32, AdamW, $THREADS threads, $WARMUP warm-up + $STEPS timed steps"
 echo "machine load before: $(cut -d' ' -f1-3 /proc/loadavg)"

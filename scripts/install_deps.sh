@@ -14,7 +14,7 @@ PACKAGES=(
   zlib1g-dev
   python3 python3-torch python3-numpy
   dataset-fashion-mnist wordnet-base
-  iproute2 procps
+  iproute2 procps time
 )
 
 missing=()
