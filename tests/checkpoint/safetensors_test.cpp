@@ -163,7 +163,8 @@ TEST(Safetensors, HandWrittenFileAsPythonWritesIt) {
 
 TEST(Safetensors, FileWrittenByPythonNumpy) {
   // The same format written with Python's struct/json/numpy, independent of our writer.
-  if (std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3-numpy";
+  ASSERT_EQ(std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1"), 0)
+      << "/usr/bin/python3 cannot import numpy: scripts/install_deps.sh installs python3-numpy";
   TempDir d;
   const std::string script = d.path("w.py");
   {
@@ -197,7 +198,8 @@ with open(sys.argv[1], "wb") as f:
 
 TEST(Safetensors, OurFileReadByPython) {
   // The other direction: Python parses what we write with the rules of the format.
-  if (std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3-numpy";
+  ASSERT_EQ(std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1"), 0)
+      << "/usr/bin/python3 cannot import numpy: scripts/install_deps.sh installs python3-numpy";
   TempDir d;
   save_safetensors(d.path("o.safetensors"),
                    {{"z", Tensor::from_vector({1.5f, -2.f}, {2})}, {"a", Tensor::from_vector_i64({9, 8, 7}, {3})}},

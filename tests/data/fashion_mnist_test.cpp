@@ -181,7 +181,7 @@ TEST(FashionMnist, EvalCoversEveryExample) {
 }
 
 TEST(FashionMnist, DebianFiles) {
-  if (!have_debian_files()) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  ASSERT_TRUE(have_debian_files()) << "dataset-fashion-mnist is missing: scripts/install_deps.sh installs it";
   auto test = load_fashion_mnist(Split::Test);
   ASSERT_EQ(test.size(), 10000);
   std::vector<int64_t> per_class(10, 0);
@@ -201,7 +201,7 @@ TEST(FashionMnist, DebianFiles) {
 }
 
 TEST(FashionMnist, DebianTrainSet) {
-  if (!have_debian_files()) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  ASSERT_TRUE(have_debian_files()) << "dataset-fashion-mnist is missing: scripts/install_deps.sh installs it";
   auto train = load_fashion_mnist(Split::Train);
   ASSERT_EQ(train.size(), 60000);
   double sum = 0, sq = 0;

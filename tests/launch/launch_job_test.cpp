@@ -216,11 +216,11 @@ TEST(LaunchJobs, InProcessLauncherReportsStartup) {
   EXPECT_LT(launched.seconds, 10.0);  // a hang bound, not a speed test (see bench/)
 }
 
-TEST(LaunchJobs, RealBinaryWhenWired) {
-  // `paratrain launch` itself, once src/cli/main.cpp dispatches to run_launch.
+TEST(LaunchJobs, RealBinary) {
+  // `paratrain launch` itself, through src/cli/main.cpp.
   auto probe = run({PARATRAIN_BIN, "launch", "--help"}, 10);
-  if (probe.status != 0 || probe.out.find("usage: paratrain launch") == std::string::npos)
-    GTEST_SKIP() << PARATRAIN_BIN << " does not dispatch `launch` yet (or is not built); tested through launch_main_helper";
+  ASSERT_EQ(probe.status, 0) << probe.err;
+  ASSERT_NE(probe.out.find("usage: paratrain launch"), std::string::npos) << probe.out;
   auto r = run({PARATRAIN_BIN, "launch", "--nproc-per-node", "2", "--", kRank, "--env", "--store"}, 20);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(rank_vars(r.out).size(), 2u);

@@ -283,8 +283,8 @@ TEST_F(TrainMultiRank, BadDpIsAUsageError) {
 // 25k images, under half an epoch) so it runs in about a minute; the 90% needs
 // several epochs and is a benchmark-length run, so the floor here is 85%.
 TEST_F(TrainMultiRank, CnnFashionMnistTwoRanks) {
-  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
-    GTEST_SKIP() << "Fashion-MNIST is not installed (dataset-fashion-mnist)";
+  ASSERT_TRUE(fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
+      << "Fashion-MNIST is missing: scripts/install_deps.sh installs dataset-fashion-mnist";
   Result l = launch(2, "train --model cnn --dataset fashion-mnist --steps 400 --micro-batch 32 --lr 2e-3 --quiet "
                        "--metrics cnn.jsonl", 240);
   ASSERT_TRUE(l.ok()) << l.output;
