@@ -26,18 +26,6 @@ std::string temp_dir(const std::string& tag) {
   return ::mkdtemp(t.data()) ? t : std::string();
 }
 
-int free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
 // Waits until dir holds n rank_*.pid files; returns the pids (empty on timeout).
 std::vector<pid_t> wait_pids(const std::string& dir, int n, double timeout_s) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(timeout_s * 1000));

@@ -18,18 +18,6 @@ using namespace paratrain::launch::testing;
 const std::string kLauncher = std::string(PARATRAIN_TEST_BIN_DIR) + "/launch_main_helper";
 const std::string kRank = std::string(PARATRAIN_TEST_BIN_DIR) + "/rank_helper";
 
-int free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
 // Starts node `node` of a 2-node job with `nproc` ranks; `prefix` runs it elsewhere (ip netns exec).
 Proc start_node(const std::vector<std::string>& prefix, int node, int nproc, const std::string& addr, int port,
                 const std::vector<std::string>& rank_args, const std::string& extra = "",

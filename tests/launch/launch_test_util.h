@@ -2,10 +2,13 @@
 // deadline, its stdout and stderr captured.
 #pragma once
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -157,6 +160,19 @@ inline std::map<int, std::map<std::string, std::string>> rank_vars(const std::st
     out[r][rest.substr(0, eq)] = rest.substr(eq + 1);
   }
   return out;
+}
+
+// A TCP port on loopback that was free a moment ago (the kernel's pick for port 0).
+inline int free_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(s);
+  return ntohs(a.sin_port);
 }
 
 }  // namespace paratrain::launch::testing
