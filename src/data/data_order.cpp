@@ -42,16 +42,21 @@ const std::vector<int64_t>& DataOrder::perm_for(int64_t epoch) {
 }
 
 std::vector<int64_t> DataOrder::items(int64_t step, int64_t micro_step, int64_t dp_rank) {
+  PT_CHECK(dp_rank >= 0 && dp_rank < layout_.dp, "dp rank ", dp_rank, " outside [0, ", layout_.dp, ")");
+  return items_range(step, micro_step, dp_rank * layout_.micro_batch, layout_.micro_batch);
+}
+
+std::vector<int64_t> DataOrder::items_range(int64_t step, int64_t micro_step, int64_t first, int64_t count) {
   PT_CHECK(step >= 0, "negative step ", step);
   PT_CHECK(micro_step >= 0 && micro_step < layout_.grad_accum, "micro-step ", micro_step, " outside [0, ",
            layout_.grad_accum, ")");
-  PT_CHECK(dp_rank >= 0 && dp_rank < layout_.dp, "dp rank ", dp_rank, " outside [0, ", layout_.dp, ")");
+  const int64_t block = layout_.micro_batch * layout_.dp;
+  PT_CHECK(first >= 0 && count >= 1 && first + count <= block, "items [", first, ", ", first + count,
+           ") outside the micro-step's ", block, " items");
   const int64_t spe = steps_per_epoch();
   const auto& perm = perm_for(step / spe);
-  const int64_t B = layout_.micro_batch;
-  const int64_t j = micro_step * layout_.dp + dp_rank;
-  const int64_t base = (step % spe) * layout_.global_batch() + j * B;
-  return std::vector<int64_t>(perm.begin() + base, perm.begin() + base + B);
+  const int64_t base = (step % spe) * layout_.global_batch() + micro_step * block + first;
+  return std::vector<int64_t>(perm.begin() + base, perm.begin() + base + count);
 }
 
 std::vector<int64_t> DataOrder::global_items(int64_t step) {

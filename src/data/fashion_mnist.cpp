@@ -167,6 +167,11 @@ void ImageLoader::fill(int64_t step, int64_t micro_step, int64_t dp_rank, Tensor
   gather_examples(data_, order_.items(step, micro_step, dp_rank), images, labels);
 }
 
+void ImageLoader::fill_range(int64_t step, int64_t micro_step, int64_t first, int64_t count, Tensor& images,
+                             Tensor& labels) {
+  gather_examples(data_, order_.items_range(step, micro_step, first, count), images, labels);
+}
+
 ImageEvalLoader::ImageEvalLoader(const ImageDataset& data, int64_t micro_batch) : data_(data), micro_batch_(micro_batch) {
   if (micro_batch < 1) PT_THROW(InputError, "micro-batch ", micro_batch, " must be at least 1");
 }

@@ -61,6 +61,11 @@ void TokenLoader::fill(int64_t step, int64_t micro_step, int64_t dp_rank, Tensor
   fill_windows(*file_, block_size_, order_.items(step, micro_step, dp_rank), inputs, targets);
 }
 
+void TokenLoader::fill_range(int64_t step, int64_t micro_step, int64_t first, int64_t count, Tensor& inputs,
+                             Tensor& targets) {
+  fill_windows(*file_, block_size_, order_.items_range(step, micro_step, first, count), inputs, targets);
+}
+
 TokenEvalLoader::TokenEvalLoader(const std::string& path, int64_t block_size, int64_t micro_batch)
     : TokenEvalLoader((check_block(path, block_size), std::make_shared<const TokenFile>(path)), block_size,
                       micro_batch) {}

@@ -103,3 +103,20 @@ TEST(DataOrder, OutOfRangeRankIsInternalError) {
   EXPECT_THROW(o.items(0, 0, 2), InternalError);
   EXPECT_THROW(o.items(0, 1, 0), InternalError);
 }
+
+TEST(DataOrder, UnevenRangesCoverTheMicroStepBlock) {
+  // --balance auto: ranks take ranges of sizes 5 and 1 instead of 3 and 3; together they
+  // are the same items, in the same order, as the even split.
+  DataOrder o(200, {3, 2, 2}, 9);
+  for (int64_t s = 0; s < 12; ++s)
+    for (int64_t k = 0; k < 2; ++k) {
+      std::vector<int64_t> even = o.items(s, k, 0), r1 = o.items(s, k, 1);
+      even.insert(even.end(), r1.begin(), r1.end());
+      std::vector<int64_t> uneven = o.items_range(s, k, 0, 5), tail = o.items_range(s, k, 5, 1);
+      uneven.insert(uneven.end(), tail.begin(), tail.end());
+      EXPECT_EQ(even, uneven);
+      EXPECT_EQ(o.items_range(s, k, 3, 3), o.items(s, k, 1));
+    }
+  EXPECT_THROW(o.items_range(0, 0, 4, 3), InternalError);  // beyond the 6 items of the block
+  EXPECT_THROW(o.items_range(0, 0, 0, 0), InternalError);
+}

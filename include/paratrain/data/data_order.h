@@ -60,6 +60,12 @@ class DataOrder {
   // The B item indices of optimizer step `step`, micro-step k in [0, grad_accum), rank r
   // in [0, dp). PT_CHECK on out-of-range k or r; step >= 0 (any epoch).
   std::vector<int64_t> items(int64_t step, int64_t micro_step, int64_t dp_rank);
+  // Items [first, first + count) of micro-step k's block of the step: the B x dp items of
+  // slices j = k*dp .. k*dp + dp - 1, concatenated. items(step, k, r) is
+  // items_range(step, k, r*B, B); with uneven micro-batches (--balance auto) rank r takes
+  // the range that starts after the items of ranks 0..r-1. PT_CHECK on a range outside the
+  // block.
+  std::vector<int64_t> items_range(int64_t step, int64_t micro_step, int64_t first, int64_t count);
   // All G item indices of a step, slice after slice (j = 0, 1, ...).
   std::vector<int64_t> global_items(int64_t step);
 

@@ -60,6 +60,9 @@ class ImageLoader {
 
   // images f32 (B, 1, 28, 28), labels I32 (B); reallocated when undefined or misshapen.
   void fill(int64_t step, int64_t micro_step, int64_t dp_rank, Tensor& images, Tensor& labels);
+  // Examples DataOrder::items_range(step, k, first, count): images (count, 1, 28, 28).
+  void fill_range(int64_t step, int64_t micro_step, int64_t first, int64_t count, Tensor& images,
+                  Tensor& labels);
 
   int64_t steps_per_epoch() const { return order_.steps_per_epoch(); }
   const BatchLayout& layout() const { return order_.layout(); }

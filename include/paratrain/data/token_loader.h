@@ -40,6 +40,9 @@ class TokenLoader {
 
   // inputs/targets: I32 (B, T). See the header comment for which windows.
   void fill(int64_t step, int64_t micro_step, int64_t dp_rank, Tensor& inputs, Tensor& targets);
+  // Windows DataOrder::items_range(step, k, first, count): inputs/targets I32 (count, T).
+  void fill_range(int64_t step, int64_t micro_step, int64_t first, int64_t count, Tensor& inputs,
+                  Tensor& targets);
 
   int64_t steps_per_epoch() const { return order_.steps_per_epoch(); }
   int64_t num_windows() const { return order_.n_items(); }
