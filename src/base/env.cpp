@@ -22,8 +22,8 @@ const std::vector<VarInfo>& declared() {
       {"PARATRAIN_PROFILE", "0", "1 = time every op forward and backward and print a table after training"},
       {"PARATRAIN_LOG", "info", "log level: debug|info|warn|error"},
       {"PARATRAIN_SIMULATE_SLOWDOWN", "",
-       "R:F makes rank R behave like a device F times slower (it idles (F-1) x its compute time after each "
-       "micro-step); for trying --balance auto"},
+       "R:F makes rank R behave like a device F times slower (it idles (F-1) x its compute time before each "
+       "backward pass); for trying --balance auto"},
   };
   return vars;
 }
