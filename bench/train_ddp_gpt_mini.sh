@@ -8,6 +8,12 @@
 # 2 x 1, PyTorch tuned as bench/torch_env.sh describes. Prints tokens/s (whole global batch),
 # scaling efficiency (2-rank tokens/s over twice the 1-rank tokens/s), the fraction of
 # communication left exposed after overlap, and peak RSS per rank.
+#
+# Two references explain the scaling figure: "2 x 1 independent" runs two unrelated 1-rank
+# trainings at the same time (no communication at all), so its efficiency is what the two
+# cores deliver when both are busy (shared L3 cache and memory bandwidth), the ceiling of any
+# data-parallel run on this machine. And --balance: rank 1 made 2x slower
+# (PARATRAIN_SIMULATE_SLOWDOWN=1:2), without and with --balance auto.
 set -euo pipefail
 BUILD_DIR=${1:-build/release}
 STEPS=${STEPS:-8}
@@ -27,6 +33,16 @@ TRAIN=(train --model gpt-mini --data "$DATA" --micro-batch 8 --steps $((WARMUP +
 "$BIN" "${TRAIN[@]}" --metrics "$WORK/pt1.jsonl" 2> "$WORK/pt1.log" || { cat "$WORK/pt1.log"; exit 1; }
 "$BIN" launch --nproc-per-node 2 -- "$BIN" "${TRAIN[@]}" --metrics "$WORK/pt2.jsonl" > "$WORK/pt2.log" 2>&1 \
   || { cat "$WORK/pt2.log"; exit 1; }
+"$BIN" "${TRAIN[@]}" --metrics "$WORK/ind_a.jsonl" 2> "$WORK/ind_a.log" &
+pid_a=$!
+"$BIN" "${TRAIN[@]}" --metrics "$WORK/ind_b.jsonl" 2> "$WORK/ind_b.log" || { cat "$WORK/ind_b.log"; exit 1; }
+wait $pid_a || { cat "$WORK/ind_a.log"; exit 1; }
+BAL=(train --model gpt-mini --data "$DATA" --micro-batch 8 --steps $((WARMUP + 2 * STEPS)) --threads 1
+     --lr-schedule constant --grad-clip 0 --quiet)
+for mode in none auto; do
+  PARATRAIN_SIMULATE_SLOWDOWN=1:2 "$BIN" launch --nproc-per-node 2 -- "$BIN" "${BAL[@]}" --balance $mode \
+    --metrics "$WORK/bal_$mode.jsonl" > "$WORK/bal_$mode.log" 2>&1 || { cat "$WORK/bal_$mode.log"; exit 1; }
+done
 for n in 1 2; do
   "$ROOT/bench/torch_env.sh" /usr/bin/python3 "$ROOT/bench/torch_ddp_train.py" --nproc $n --threads 1 \
     --micro-batch 8 --steps "$STEPS" --warmup-steps "$WARMUP" --data "$DATA" 2>/dev/null | tail -1 > "$WORK/torch$n.json"
@@ -45,14 +61,27 @@ def ours(name):
     return tps, exposed, hidden, mem
 p1, _, _, m1 = ours("pt1")
 p2, exp2, hid2, m2 = ours("pt2")
+ia, _, _, _ = ours("ind_a")
+ib, _, _, _ = ours("ind_b")
 t1 = json.loads(open(f"{work}/torch1.json").read())
 t2 = json.loads(open(f"{work}/torch2.json").read())
 print(f"{'':24}{'tokens/s':>10}{'scaling':>10}{'exposed comm':>14}{'peak MiB/rank':>15}")
 print(f"{'paratrain 1 x 1':24}{p1:10.0f}{'':>10}{'':>14}{m1/2**20:15.0f}  (allocator peak)")
 print(f"{'paratrain 2 x 1':24}{p2:10.0f}{p2/(2*p1):10.1%}{exp2:14.1%}{m2/2**20:15.0f}  (allocator peak)")
+print(f"{'2 x 1 independent':24}{ia+ib:10.0f}{(ia+ib)/(2*p1):10.1%}{'':>14}{'':>15}  (no communication: the machine's ceiling)")
 print(f"{'pytorch DDP 1 x 1':24}{t1['tokens_per_s']:10.0f}{'':>10}{'':>14}{t1['peak_rss_bytes']/2**20:15.0f}  (RSS)")
 print(f"{'pytorch DDP 2 x 1':24}{t2['tokens_per_s']:10.0f}{t2['tokens_per_s']/(2*t1['tokens_per_s']):10.1%}{'':>14}"
       f"{t2['peak_rss_bytes']/2**20:15.0f}  (RSS)")
 print(f"ratio paratrain/pytorch at 2 x 1: {p2/t2['tokens_per_s']:.2f}x; communication hidden behind backward: {hid2:.0%}")
+print(f"paratrain 2 x 1 against the independent pair: {p2/(ia+ib):.1%}")
+def tail_rate(name):  # the last STEPS steps (after --balance had time to measure and move items)
+    lines = [json.loads(l) for l in open(f"{work}/{name}.jsonl") if '"eval"' not in l]
+    lines = lines[len(lines) // 2:]
+    split = lines[-1].get("micro_batch_per_rank")
+    return sum(l["tokens_per_s"] * l["step_ms"] for l in lines) / sum(l["step_ms"] for l in lines), split
+bn, _ = tail_rate("bal_none")
+ba, split = tail_rate("bal_auto")
+print(f"rank 1 2x slower: --balance none {bn:.0f} tokens/s, --balance auto {ba:.0f} tokens/s "
+      f"({ba/bn:.2f}x; micro-batches per rank {split})")
 PY
 echo "machine load after: $(cut -d' ' -f1-3 /proc/loadavg)"
