@@ -153,7 +153,7 @@ class TrainMultiRank : public ::testing::Test {
     if (!HasFailure()) fs::remove_all(dir_);
   }
   std::string train_args(const std::string& extra) const {
-    return "train --model gpt-nano --data t.bin --steps 10 --micro-batch 4 --quiet " + extra;
+    return "train --model gpt-nano --data t.bin --steps 10 --micro-batch 4 --threads 1 --quiet " + extra;
   }
   // One process.
   Result single(const std::string& args, double timeout_s = 60) {
@@ -241,8 +241,42 @@ TEST_F(TrainMultiRank, LaunchMpirunAndSlurmGiveTheSameWeights) {
     EXPECT_GE(j["comm_ms"].get<double>(), 0) << line;
     EXPECT_GE(j["exposed_comm_ms"].get<double>(), 0) << line;
     EXPECT_TRUE(std::isfinite(j["loss"].get<double>())) << line;
+    EXPECT_GE(j["data_wait_ms"].get<double>(), 0) << line;
   }
   EXPECT_EQ(lines, 10);
+}
+
+TEST_F(TrainMultiRank, BalanceAutoGivesTheSlowRankLessAndKeepsTheGradient) {
+  // Rank 1 behaves like a device 3x slower. --balance auto measures it and moves items of
+  // every micro-step to rank 0; the loss weights keep the gradient the global-batch mean, so
+  // the weights stay those of one process accumulating the same global batch.
+  const std::string args = "train --model gpt-nano --data t.bin --steps 16 --micro-batch 4 --quiet --optimizer sgd --lr 0.1 ";
+  Result one = single(args + "--grad-accum 2 --save-final one.st");
+  ASSERT_TRUE(one.ok()) << one.output;
+  std::vector<std::string> argv = {kBin, "launch", "--nproc-per-node", "2", "--", kBin};
+  for (auto& a : split(args + "--balance auto --save-final bal.st --metrics bal.jsonl")) argv.push_back(a);
+  Result l = spawn({argv}, {{"PARATRAIN_SIMULATE_SLOWDOWN=1:3"}}, dir_, 120);
+  ASSERT_TRUE(l.ok()) << l.output;
+  EXPECT_NE(l.output.find("balance: from step"), std::string::npos) << l.output;
+  std::vector<int64_t> last;
+  std::ifstream f(path("bal.jsonl"));
+  for (std::string line; std::getline(f, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (!j.contains("eval")) last = j["micro_batch_per_rank"].get<std::vector<int64_t>>();
+  }
+  ASSERT_EQ(last.size(), 2u);
+  EXPECT_EQ(last[0] + last[1], 8);
+  EXPECT_GE(last[0], 5) << "the fast rank should take most of each micro-step's 8 sequences";
+  EXPECT_LT(max_rel_diff(path("bal.st"), path("one.st")), 1e-5) << "balanced 2 ranks vs 1 process, K=2";
+}
+
+TEST_F(TrainMultiRank, BalanceRejectsDeterministicAndUnknownModes) {
+  Result a = single(train_args("--balance auto --deterministic"));
+  EXPECT_EQ(a.codes[0], 2) << a.output;
+  EXPECT_NE(a.output.find("--balance auto cannot be combined with --deterministic"), std::string::npos) << a.output;
+  Result b = single(train_args("--balance fast"));
+  EXPECT_EQ(b.codes[0], 2) << b.output;
+  EXPECT_NE(b.output.find("--balance"), std::string::npos) << b.output;
 }
 
 TEST_F(TrainMultiRank, DeterministicIsBitIdenticalToOneProcess) {

@@ -16,21 +16,25 @@ std::vector<int64_t> proportional_split(int64_t total, const std::vector<double>
     PT_CHECK(s > 0 && std::isfinite(s), "rank speed must be positive, got ", s);
     sum += s;
   }
-  // One item each, the rest in proportion; remainders go to the largest fractions (ties to
-  // the lower rank, so every rank computes the same split).
-  const int64_t rest = total - n;
-  std::vector<int64_t> sizes(static_cast<size_t>(n), 1);
+  // In proportion, rounded down, at least one each; the items left go to the largest
+  // remainders, items missing are taken from the largest shares (ties to the lower rank, so
+  // every rank computes the same split).
+  std::vector<int64_t> sizes(static_cast<size_t>(n));
   std::vector<std::pair<double, int64_t>> frac;
   int64_t given = 0;
   for (int64_t r = 0; r < n; ++r) {
-    const double exact = static_cast<double>(rest) * speeds[r] / sum;
-    const auto whole = static_cast<int64_t>(std::floor(exact));
-    sizes[r] += whole;
-    given += whole;
-    frac.emplace_back(exact - static_cast<double>(whole), r);
+    const double exact = static_cast<double>(total) * speeds[r] / sum;
+    sizes[r] = std::max<int64_t>(1, static_cast<int64_t>(std::floor(exact)));
+    given += sizes[r];
+    frac.emplace_back(exact - std::floor(exact), r);
   }
   std::stable_sort(frac.begin(), frac.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (int64_t i = 0; i < rest - given; ++i) sizes[frac[static_cast<size_t>(i)].second] += 1;
+  for (size_t i = 0; given < total; i = (i + 1) % frac.size(), ++given) sizes[frac[i].second] += 1;
+  while (given > total) {
+    const auto big = std::max_element(sizes.begin(), sizes.end()) - sizes.begin();
+    sizes[big] -= 1;
+    --given;
+  }
   return sizes;
 }
 
