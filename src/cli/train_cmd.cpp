@@ -52,6 +52,10 @@ int run_train(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "shm", "tcp", "mpi"}));
   app.add_option("--dp", c.dp, "data-parallel ranks (0 = the world size; must equal it)");
   app.add_option("--bucket-mb", c.bucket_mb, "DDP gradient bucket size in MiB");
+  app.add_option("--compress", c.compress, "gradient compression on the wire: none | fp16 | bf16 | powersgd (docs/ddp.md)")
+      ->check(CLI::IsMember({"none", "fp16", "bf16", "powersgd"}));
+  app.add_option("--powersgd-rank", c.powersgd_rank, "PowerSGD: rank r; an n x m gradient is sent as r(n+m) values");
+  app.add_option("--powersgd-start-iter", c.powersgd_start_iter, "PowerSGD: uncompressed f32 all-reduce for the first N steps");
   app.add_option("--init-from", c.init_from, "initial weights, safetensors (HF GPT-2 names for GPT)");
   app.add_option("--save-final", c.save_final, "write the final weights here, safetensors");
   app.add_option("--eval-every", c.eval_every, "evaluate every N steps (0 = only after the last step)");

@@ -26,6 +26,7 @@
 #include "paratrain/nn/gpt.h"
 #include "paratrain/optim/optimizer.h"
 #include "paratrain/parallel/ddp.h"
+#include "paratrain/parallel/grad_compression.h"
 
 namespace paratrain::parallel {
 
@@ -223,6 +224,7 @@ void validate(const TrainConfig& c) {
     PT_THROW(InputError, "unknown --backend '", c.backend, "' (expected auto, shm, tcp or mpi)");
   if (c.dp < 0) PT_THROW(InputError, "--dp must be positive (0 = the world size)");
   if (!(c.bucket_mb > 0)) PT_THROW(InputError, "--bucket-mb must be positive, got ", c.bucket_mb);
+  compress_options(c.compress, c.powersgd_rank, c.powersgd_start_iter, c.seed, c.deterministic);  // InputError if bad
   if (c.checkpoint_every < 0) PT_THROW(InputError, "--checkpoint-every must not be negative (0 = only after the last step)");
   if (c.checkpoint_dir.empty() && c.checkpoint_every > 0)
     PT_THROW(InputError, "--checkpoint-every needs --checkpoint-dir DIR");
@@ -344,6 +346,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     o.deterministic = cfg.deterministic;
     o.bucket_bytes = static_cast<size_t>(cfg.bucket_mb * (1 << 20));
     o.first_bucket_bytes = std::min<size_t>(o.bucket_bytes, size_t(1) << 20);
+    o.compress = compress_options(cfg.compress, cfg.powersgd_rank, cfg.powersgd_start_iter, cfg.seed);
     ddp = std::make_unique<DistributedDataParallel>(model, pg, o);  // broadcasts rank 0's weights
   }
 
@@ -388,6 +391,8 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       << kernels::cpu::num_threads() << " threads" << (world > 1 ? " per rank" : "");
   if (pg) log << ", " << world << " ranks (" << pg->backend_name() << (cfg.deterministic ? ", deterministic" : "") << ")";
   log << "\n";
+  if (cfg.compress != "none")
+    log << (pg ? compress_summary(model, ddp->options().compress) : "--compress " + cfg.compress + ": one rank, nothing to send") << "\n";
 
   // Every rank measures the GEMM peak when rank 0 does, so their timings stay comparable.
   const double peak_flops = !cfg.metrics.empty() ? monitor::measured_gemm_peak_flops() : 0.0;
@@ -484,6 +489,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
                           {"mem_peak_bytes", peak_per_rank},
                           {"step_ms_per_rank", step_ms_per_rank}};
       if (pg) m["world_size"] = world;
+      if (pg) m["comm_bytes"] = ddp->last_stats().bytes, m["comm_bytes_uncompressed"] = ddp->last_stats().bytes_uncompressed;
       m[task->counts_tokens() ? "tokens_per_s" : "samples_per_s"] = static_cast<double>(items_per_step) / step_s;
       metrics.write(m);
     }

@@ -53,6 +53,7 @@
 
 #include "paratrain/comm/process_group.h"
 #include "paratrain/nn/module.h"
+#include "paratrain/parallel/grad_compression.h"
 
 namespace paratrain::parallel {
 
@@ -64,6 +65,7 @@ struct DdpOptions {
   bool broadcast_parameters = true;  // copy rank 0's parameters to every rank at construction
   bool reorder_buckets = true;       // rebuild buckets once by the observed ready order
   double timeout_s = 0;              // finish() deadline per bucket; 0 = the group's deadline
+  CompressOptions compress;          // what travels instead of f32 buckets (grad_compression.h)
 };
 
 // Timings of the last finish(), in milliseconds.
@@ -72,6 +74,7 @@ struct DdpStepStats {
   double exposed_comm_ms = 0;  // time finish() spent waiting (communication not hidden)
   int64_t buckets = 0;
   int64_t bytes = 0;  // bytes all-reduced
+  int64_t bytes_uncompressed = 0;  // what f32 buckets would have been (= bytes without compress)
 };
 
 class DistributedDataParallel {

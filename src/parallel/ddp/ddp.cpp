@@ -98,6 +98,7 @@ struct DistributedDataParallel::Impl {
   bool any_launched = false;
   Clock::time_point first_launch;
   DdpStepStats stats;
+  std::unique_ptr<GradCompressor> compressor;  // --compress (communicating groups only)
 
   bool communicates() const { return pg && world > 1; }
 
@@ -155,6 +156,11 @@ struct DistributedDataParallel::Impl {
     }
     b.launched = true;
     if (!communicates()) return;
+    if (compressor) {  // grad_compression.h: casts or PowerSGD, collectives still in bucket order
+      std::vector<GradSlot> slots;
+      for (int i : b.params) slots.push_back({i, params[i].view});
+      return compressor->launch(b.flat, slots);
+    }
     Tensor& buf = opts.deterministic ? b.accum : b.flat;
     b.work = pg->allreduce(buf.data_ptr(), static_cast<size_t>(buf.numel()), DType::F32, comm::ReduceOp::kSum);
   }
@@ -193,6 +199,7 @@ struct DistributedDataParallel::Impl {
   }
 
   void wait_all_quietly() {
+    if (compressor) compressor->wait_quietly();
     for (auto& b : buckets) {
       if (!b.work) continue;
       try {
@@ -238,6 +245,12 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared
                "DistributedDataParallel: deterministic mode needs a process group created with the "
                "deterministic (rank-ordered) option");
   }
+  validate_compress(options.compress);
+  if (options.deterministic && options.compress.kind != CompressKind::None)
+    PT_THROW(InputError, "--compress ", compress_name(options.compress.kind),
+             " cannot be combined with --deterministic (compressed gradients are not bit-identical to one process)");
+  if (options.compress.kind != CompressKind::None && im.communicates())
+    im.compressor = std::make_unique<GradCompressor>(options.compress, im.pg, options.timeout_s);
   for (auto& [name, t] : module.named_parameters()) {
     if (!t.requires_grad()) continue;
     if (t.dtype() != DType::F32)
@@ -408,13 +421,20 @@ void DistributedDataParallel::finish() {
   const float factor = im.opts.deterministic ? 1.0f / static_cast<float>(micro * im.world)
                                              : 1.0f / static_cast<float>(im.world);
   int64_t bytes = 0;
+  int64_t bytes_f32 = 0;
   try {
+    if (im.compressor) {  // leaves the mean over ranks in every bucket
+      im.compressor->finish();
+      bytes = im.compressor->bytes_sent(), bytes_f32 = im.compressor->bytes_uncompressed();
+    }
     for (auto& b : im.buckets) {
+      if (im.compressor) break;
       wait_work(b.work, im.opts.timeout_s);
       Tensor& buf = im.opts.deterministic ? b.accum : b.flat;
       if (im.opts.deterministic || im.world > 1) scale(buf.data<float>(), buf.numel(), factor);
       if (im.opts.deterministic) std::memcpy(b.flat.data_ptr(), b.accum.data_ptr(), b.flat.nbytes());
       bytes += static_cast<int64_t>(buf.nbytes());
+      bytes_f32 += static_cast<int64_t>(buf.nbytes());
     }
   } catch (...) {
     im.wait_all_quietly();
@@ -426,6 +446,7 @@ void DistributedDataParallel::finish() {
   im.stats.comm_ms = im.communicates() && im.any_launched ? ms_between(im.first_launch, t1) : 0.0;
   im.stats.buckets = static_cast<int64_t>(im.buckets.size());
   im.stats.bytes = im.communicates() ? bytes : 0;
+  im.stats.bytes_uncompressed = im.communicates() ? bytes_f32 : 0;
   im.reset_step_state();
   if (im.recording) {
     im.recording = false;
