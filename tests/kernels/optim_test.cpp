@@ -1,4 +1,5 @@
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/test_util.h"
@@ -55,6 +56,36 @@ TEST(Optim, SgdMomentumNesterovWeightDecay) {
   sgd_update(p.data(), g.data(), nullptr, 2, 0.1f, 0.0f, 0.0f, 0.0f, false, true);
   EXPECT_FLOAT_EQ(p[0], 0.95f);
   EXPECT_FLOAT_EQ(p[1], 2.1f);
+}
+
+// ZeRO updates each rank's pieces of a tensor separately: the bits must not depend on where
+// an element sits (vector body or tail, which thread's chunk).
+TEST(Optim, UpdatingInPiecesGivesTheSameBitsAsWhole) {
+  const int64_t n = 1003;
+  const std::vector<int64_t> cuts = {0, 5, 13, 334, 669, 1000, n};
+  for (bool adamw : {true, false}) {
+    auto p_whole = randn(n, 3), p_parts = p_whole;
+    std::vector<float> m1(n, 0.0f), v1(n, 0.0f), m2 = m1, v2 = v1;
+    for (int64_t t = 1; t <= 5; ++t) {
+      auto g = randn(n, 40 + t);
+      if (adamw) {
+        adamw_update(p_whole.data(), g.data(), m1.data(), v1.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        for (size_t c = 0; c + 1 < cuts.size(); ++c)
+          adamw_update(p_parts.data() + cuts[c], g.data() + cuts[c], m2.data() + cuts[c], v2.data() + cuts[c],
+                       cuts[c + 1] - cuts[c], 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+      } else {
+        sgd_update(p_whole.data(), g.data(), m1.data(), n, 0.1f, 0.9f, 0.0f, 0.01f, false, t == 1);
+        for (size_t c = 0; c + 1 < cuts.size(); ++c)
+          sgd_update(p_parts.data() + cuts[c], g.data() + cuts[c], m2.data() + cuts[c], cuts[c + 1] - cuts[c], 0.1f,
+                     0.9f, 0.0f, 0.01f, false, t == 1);
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::memcmp(&p_whole[i], &p_parts[i], sizeof(float)), 0)
+          << (adamw ? "adamw" : "sgd") << " element " << i << ": " << p_whole[i] << " vs " << p_parts[i];
+      ASSERT_EQ(std::memcmp(&m1[i], &m2[i], sizeof(float)), 0) << (adamw ? "adamw" : "sgd") << " state " << i;
+    }
+  }
 }
 
 }  // namespace

@@ -25,20 +25,37 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float
   detail::parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
     int64_t i = b;
 #ifdef PT_KERNELS_AVX2
-    // Same operations in the same order as the scalar loop below (no FMA contraction).
+    // Same operations in the same order as the scalar loop below (no FMA contraction). The
+    // tail goes through the same vector operations (masked), so an element's result never
+    // depends on where it sits in [b, e): updating a tensor in pieces (ZeRO's shards, or
+    // another thread split) gives the same bits as updating it whole.
     const __m256 vdecay = _mm256_set1_ps(decay), vb1 = _mm256_set1_ps(b1), vb2 = _mm256_set1_ps(b2);
     const __m256 va1 = _mm256_set1_ps(a1), va2 = _mm256_set1_ps(a2), veps = _mm256_set1_ps(eps);
     const __m256 vbc2 = _mm256_set1_ps(bc2_sqrt), vstep = _mm256_set1_ps(-step_size);
+    auto update8 = [&](__m256 gi, __m256 p0, __m256 m0, __m256 v0, __m256& po, __m256& mo, __m256& vo) {
+      const __m256 pi = _mm256_mul_ps(p0, vdecay);
+      mo = _mm256_add_ps(_mm256_mul_ps(m0, vb1), _mm256_mul_ps(va1, gi));
+      vo = _mm256_add_ps(_mm256_mul_ps(v0, vb2), _mm256_mul_ps(_mm256_mul_ps(va2, gi), gi));
+      const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vo), vbc2), veps);
+      po = _mm256_add_ps(pi, _mm256_div_ps(_mm256_mul_ps(vstep, mo), denom));
+    };
     for (; i + 8 <= e; i += 8) {
-      const __m256 gi = _mm256_loadu_ps(g + i);
-      const __m256 pi = _mm256_mul_ps(_mm256_loadu_ps(p + i), vdecay);
-      const __m256 mi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m + i), vb1), _mm256_mul_ps(va1, gi));
-      const __m256 vi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), vb2),
-                                      _mm256_mul_ps(_mm256_mul_ps(va2, gi), gi));
-      const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), vbc2), veps);
-      _mm256_storeu_ps(p + i, _mm256_add_ps(pi, _mm256_div_ps(_mm256_mul_ps(vstep, mi), denom)));
-      _mm256_storeu_ps(m + i, mi);
-      _mm256_storeu_ps(v + i, vi);
+      __m256 po, mo, vo;
+      update8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(p + i), _mm256_loadu_ps(m + i), _mm256_loadu_ps(v + i), po, mo,
+              vo);
+      _mm256_storeu_ps(p + i, po);
+      _mm256_storeu_ps(m + i, mo);
+      _mm256_storeu_ps(v + i, vo);
+    }
+    if (i < e) {
+      const __m256i mask = detail::tail_mask(e - i);
+      __m256 po, mo, vo;
+      update8(_mm256_maskload_ps(g + i, mask), _mm256_maskload_ps(p + i, mask), _mm256_maskload_ps(m + i, mask),
+              _mm256_maskload_ps(v + i, mask), po, mo, vo);
+      _mm256_maskstore_ps(p + i, mask, po);
+      _mm256_maskstore_ps(m + i, mask, mo);
+      _mm256_maskstore_ps(v + i, mask, vo);
+      i = e;
     }
 #endif
     for (; i < e; ++i) {
