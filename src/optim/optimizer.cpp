@@ -9,7 +9,7 @@ namespace paratrain::optim {
 namespace k = paratrain::kernels::cpu;
 
 namespace {
-bool decays(const Tensor& p, bool decay_2d_only) { return !decay_2d_only || p.dim() >= 2; }
+bool decays(int64_t dim, bool decay_2d_only) { return !decay_2d_only || dim >= 2; }
 
 void load_named(const std::map<std::string, Tensor>& state, const std::string& name, Tensor& dst) {
   auto it = state.find(name);
@@ -20,6 +20,16 @@ void load_named(const std::map<std::string, Tensor>& state, const std::string& n
   dst.copy_(it->second);
 }
 }  // namespace
+
+void Optimizer::set_param_dims(std::vector<int64_t> dims) {
+  if (!dims.empty() && dims.size() != params_.size())
+    PT_THROW(InputError, "optimizer: ", dims.size(), " parameter dims for ", params_.size(), " parameters");
+  param_dims_ = std::move(dims);
+}
+
+int64_t Optimizer::param_dim(size_t i) const {
+  return param_dims_.empty() ? params_[i].second.dim() : param_dims_[i];
+}
 
 AdamW::AdamW(NamedParams params, const AdamWOptions& opts) : Optimizer(std::move(params)), opts_(opts) {
   lr_ = opts.lr;
@@ -36,7 +46,7 @@ void AdamW::step() {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     g = g.contiguous();
-    const float wd = decays(p, opts_.decay_2d_only) ? static_cast<float>(opts_.weight_decay) : 0.0f;
+    const float wd = decays(param_dim(i), opts_.decay_2d_only) ? static_cast<float>(opts_.weight_decay) : 0.0f;
     k::adamw_update(p.data<float>(), g.data<float>(), m_[i].data<float>(), v_[i].data<float>(), p.numel(),
                     static_cast<float>(lr_), static_cast<float>(opts_.beta1), static_cast<float>(opts_.beta2),
                     static_cast<float>(opts_.eps), wd, step_);
@@ -75,7 +85,7 @@ void SGD::step() {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     g = g.contiguous();
-    const float wd = decays(p, opts_.decay_2d_only) ? static_cast<float>(opts_.weight_decay) : 0.0f;
+    const float wd = decays(param_dim(i), opts_.decay_2d_only) ? static_cast<float>(opts_.weight_decay) : 0.0f;
     k::sgd_update(p.data<float>(), g.data<float>(), buf_[i].defined() ? buf_[i].data<float>() : nullptr, p.numel(),
                   static_cast<float>(lr_), static_cast<float>(opts_.momentum), static_cast<float>(opts_.dampening), wd,
                   opts_.nesterov, !has_buf_[i]);

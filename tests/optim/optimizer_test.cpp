@@ -58,3 +58,24 @@ TEST(AdamW, DecaysTwoDimensionalWeightsOnlyAndSkipsParametersWithoutGradients) {
   bad["w.exp_avg"] = Tensor::zeros({3});
   EXPECT_THROW(opt.load_state_dict(bad, 1), InputError);
 }
+
+TEST(AdamW, PiecesOfParametersDecayByTheWholeParametersDims) {
+  // ZeRO gives the optimizer 1-D pieces; set_param_dims says which whole parameter is 2-D.
+  Tensor w = Tensor::full({2, 2}, 1.0);
+  Tensor piece = w.view({-1}).narrow(0, 1, 2);  // elements 1 and 2 of a 2-D weight
+  Tensor bias = Tensor::full({2}, 1.0);
+  piece.set_grad(Tensor::zeros({2}));
+  bias.set_grad(Tensor::zeros({2}));
+  optim::AdamWOptions o;
+  o.lr = 0.1, o.weight_decay = 0.5;
+  optim::AdamW opt({{"w", piece}, {"bias", bias}}, o);
+  opt.set_param_dims({2, 1});
+  opt.step();
+  const auto v = w.to_vector();
+  EXPECT_FLOAT_EQ(v[0], 1.0f);  // not in the piece
+  EXPECT_FLOAT_EQ(v[1], 1.0f * (1 - 0.1f * 0.5f));
+  EXPECT_FLOAT_EQ(v[2], 1.0f * (1 - 0.1f * 0.5f));
+  EXPECT_FLOAT_EQ(v[3], 1.0f);
+  EXPECT_FLOAT_EQ(bias.to_vector()[0], 1.0f);
+  EXPECT_THROW(opt.set_param_dims({2}), InputError);  // one value per entry
+}

@@ -29,13 +29,22 @@ class Optimizer {
   double lr() const { return lr_; }
   int64_t steps_taken() const { return step_; }
   const NamedParams& params() const { return params_; }
+  // For an optimizer over pieces of parameters (ZeRO hands each rank 1-D slices of them):
+  // dims[i] is the dimensionality of the whole parameter entry i belongs to, which the
+  // weight-decay rule (decay_2d_only: dim >= 2) then uses instead of the entry's own dim().
+  // InputError unless there is one value per entry. Empty (the default): each entry's dim().
+  void set_param_dims(std::vector<int64_t> dims);
 
   virtual std::map<std::string, Tensor> state_dict() const = 0;
   // InputError naming the tensor when a state tensor is missing or has the wrong shape.
   virtual void load_state_dict(const std::map<std::string, Tensor>& state, int64_t steps_taken) = 0;
 
  protected:
+  // The dimensionality the weight-decay rule sees for entry i (set_param_dims, else dim()).
+  int64_t param_dim(size_t i) const;
+
   NamedParams params_;
+  std::vector<int64_t> param_dims_;
   double lr_ = 1e-3;
   int64_t step_ = 0;
 };
