@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -22,6 +23,7 @@ constexpr const char* kManifest = "manifest.json";
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimFile = "optim.safetensors";
 constexpr const char* kFormat = "paratrain-training-state";
+constexpr const char* kShardFormat = "paratrain-optimizer-shard";
 
 // step_<N> -> N; -1 when the name is not of that form.
 int64_t parse_step_name(const std::string& name) {
@@ -83,7 +85,18 @@ nlohmann::json read_manifest(const std::string& ckpt) {
   if (m.value("format", "") != kFormat) bad(std::string("has no \"format\": \"") + kFormat + "\"");
   if (!m.contains("step") || !m["step"].is_number_integer()) bad("has no integer \"step\"");
   if (!m.contains("files") || !m["files"].is_object()) bad("has no \"files\" object");
-  for (const char* f : {kModelFile, kOptimFile}) {
+  // The optimizer state is optim.safetensors, or one shard per rank listed in "optimizer_shards".
+  std::vector<std::string> required = {kModelFile};
+  if (m.contains("optimizer_shards")) {
+    if (!m["optimizer_shards"].is_array() || m["optimizer_shards"].empty()) bad("has a malformed \"optimizer_shards\"");
+    for (const auto& f : m["optimizer_shards"]) {
+      if (!f.is_string()) bad("has a malformed \"optimizer_shards\"");
+      required.push_back(f.get<std::string>());
+    }
+  } else {
+    required.push_back(kOptimFile);
+  }
+  for (const std::string& f : required) {
     if (!m["files"].contains(f)) bad(std::string("does not list ") + f);
     const auto& e = m["files"][f];
     if (!e.is_object() || !e.contains("bytes") || !e["bytes"].is_number_unsigned() || !e.contains("crc32") ||
@@ -91,6 +104,92 @@ nlohmann::json read_manifest(const std::string& ckpt) {
       bad(std::string("entry for ") + f + " lacks \"bytes\" / \"crc32\"");
   }
   return m;
+}
+
+// The whole optimizer state from the shards listed in the manifest: every "<param>.<state>"
+// tensor gets its parameter's shape, and its pieces must cover each element exactly once.
+std::map<std::string, Tensor> assemble_shards(const std::string& ckpt, const std::vector<ShardFileInfo>& files) {
+  struct Whole {
+    Tensor t;
+    std::vector<std::pair<int64_t, int64_t>> ranges;  // [begin, end) of the pieces seen
+    std::string first_file;
+  };
+  std::map<std::string, Whole> out;
+  const int world = static_cast<int>(files.size());
+  for (int r = 0; r < world; ++r) {
+    const ShardFileInfo& f = files[r];
+    auto bad = [&](const std::string& what) {
+      PT_THROW(InputError, "checkpoint ", ckpt, " is damaged: ", f.name, " ", what, "; nothing was loaded");
+    };
+    if (f.name != optimizer_shard_file_name(r, world))
+      PT_THROW(InputError, "checkpoint ", ckpt, " is damaged: ", kManifest, " lists ", f.name, " as shard ", r, " of ",
+               world, " (expected ", optimizer_shard_file_name(r, world), "); nothing was loaded");
+    SafetensorsFile file = read_safetensors((fs::path(ckpt) / f.name).string());
+    auto it = file.metadata.find("pieces");
+    if (file.metadata.count("format") == 0 || file.metadata.at("format") != kShardFormat || it == file.metadata.end())
+      bad(std::string("is not an optimizer shard (no \"format\": \"") + kShardFormat + "\" and \"pieces\" metadata)");
+    if (file.metadata.count("rank") == 0 || file.metadata.at("rank") != std::to_string(r) ||
+        file.metadata.count("world_size") == 0 || file.metadata.at("world_size") != std::to_string(world))
+      bad("does not say it is shard " + std::to_string(r) + " of " + std::to_string(world));
+    nlohmann::json pieces;
+    try {
+      pieces = nlohmann::json::parse(it->second);
+    } catch (const std::exception&) {
+      bad("has malformed \"pieces\" metadata (not JSON)");
+    }
+    if (!pieces.is_array()) bad("has malformed \"pieces\" metadata (not an array)");
+    std::map<std::string, const nlohmann::json*> by_name;
+    for (const auto& p : pieces) {
+      if (!p.is_object() || !p.contains("name") || !p["name"].is_string() || !p.contains("begin") ||
+          !p["begin"].is_number_integer() || !p.contains("numel") || !p["numel"].is_number_integer() ||
+          !p.contains("shape") || !p["shape"].is_array())
+        bad("has a malformed piece in its \"pieces\" metadata");
+      by_name[p["name"].get<std::string>()] = &p;
+    }
+    for (auto& [key, t] : file.tensors) {
+      const auto dot = key.rfind('.');
+      auto pit = dot == std::string::npos ? by_name.end() : by_name.find(key.substr(0, dot));
+      if (pit == by_name.end()) bad("holds tensor " + key + ", which belongs to no piece in its metadata");
+      const nlohmann::json& p = *pit->second;
+      Shape shape;
+      try {
+        shape = p["shape"].get<Shape>();
+      } catch (const std::exception&) {
+        bad("has a malformed shape for " + key);
+      }
+      const int64_t total = shape_numel(shape), begin = p["begin"].get<int64_t>(), n = p["numel"].get<int64_t>();
+      if (begin < 0 || n < 0 || begin + n > total || t.numel() != n || t.dtype() != DType::F32)
+        bad("holds " + key + " [" + shape_str(t.shape()) + "] for elements " + std::to_string(begin) + ".." +
+            std::to_string(begin + n) + " of a parameter of " + std::to_string(total) + " elements");
+      Whole& w = out[key];
+      if (!w.t.defined()) {
+        w.t = Tensor::zeros(shape);
+        w.first_file = f.name;
+      } else if (w.t.shape() != shape) {
+        bad("gives " + key + " the shape [" + shape_str(shape) + "], " + w.first_file + " [" +
+            shape_str(w.t.shape()) + "]");
+      }
+      std::memcpy(w.t.data<float>() + begin, t.data<float>(), static_cast<size_t>(n) * sizeof(float));
+      w.ranges.emplace_back(begin, begin + n);
+    }
+  }
+  std::map<std::string, Tensor> state;
+  for (auto& [key, w] : out) {
+    std::sort(w.ranges.begin(), w.ranges.end());
+    int64_t covered = 0;
+    for (const auto& [b, e] : w.ranges) {
+      if (b != covered)
+        PT_THROW(InputError, "checkpoint ", ckpt, " is damaged: the optimizer shards ",
+                 b > covered ? "leave out" : "overlap at", " elements ", std::min(b, covered), "..",
+                 std::max(b, covered), " of ", key, "; nothing was loaded");
+      covered = e;
+    }
+    if (covered != w.t.numel())
+      PT_THROW(InputError, "checkpoint ", ckpt, " is damaged: the optimizer shards leave out elements ", covered, "..",
+               w.t.numel(), " of ", key, "; nothing was loaded");
+    state[key] = std::move(w.t);
+  }
+  return state;
 }
 
 std::string hex_u64(uint64_t v) {
@@ -118,27 +217,65 @@ std::string file_crc32(const std::string& path) {
   return out;
 }
 
-std::string save_training_state(const std::string& dir, const TrainingState& s, int keep_last) {
+bool prepare_checkpoint(const std::string& dir, int64_t step) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) PT_THROW(IoError, "cannot create checkpoint directory ", dir, ": ", ec.message());
-  const std::string name = checkpoint_name(s.step);
+  const std::string name = checkpoint_name(step);
   const fs::path ckpt = fs::path(dir) / name;
   std::string latest;
   try {
     latest = read_latest(dir);
   } catch (const InputError&) {
-    latest.clear();  // an unreadable pointer is replaced below
+    latest.clear();  // an unreadable pointer is replaced by the save
   }
-  if (latest == name && fs::exists(ckpt / kManifest, ec)) return ckpt.string();  // already saved
+  if (latest == name && fs::exists(ckpt / kManifest, ec)) return false;  // already saved
   fs::remove_all(ckpt, ec);  // a leftover from an interrupted save
   fs::create_directories(ckpt, ec);
   if (ec) PT_THROW(IoError, "cannot create checkpoint directory ", ckpt.string(), ": ", ec.message());
+  return true;
+}
+
+std::string optimizer_shard_file_name(int rank, int world_size) {
+  return "optim.rank" + std::to_string(rank) + "-of-" + std::to_string(world_size) + ".safetensors";
+}
+
+ShardFileInfo write_optimizer_shard(const std::string& dir, int64_t step, int rank, int world_size,
+                                    const OptimizerShard& shard, int64_t optimizer_steps) {
+  nlohmann::json pieces = nlohmann::json::array();
+  for (const auto& p : shard.pieces)
+    pieces.push_back({{"name", p.name}, {"begin", p.begin}, {"numel", p.numel}, {"shape", p.shape}});
+  const Metadata meta = {{"format", kShardFormat},
+                         {"rank", std::to_string(rank)},
+                         {"world_size", std::to_string(world_size)},
+                         {"optimizer_steps", std::to_string(optimizer_steps)},
+                         {"pieces", pieces.dump()}};
+  ShardFileInfo info;
+  info.name = optimizer_shard_file_name(rank, world_size);
+  const fs::path path = fs::path(dir) / checkpoint_name(step) / info.name;
+  save_safetensors(path.string(), shard.tensors, meta);
+  info.bytes = static_cast<uint64_t>(fs::file_size(path));
+  info.crc32 = file_crc32(path.string());
+  return info;
+}
+
+std::string save_training_state(const std::string& dir, const TrainingState& s, int keep_last) {
+  std::error_code ec;
+  const std::string name = checkpoint_name(s.step);
+  const fs::path ckpt = fs::path(dir) / name;
+  const bool sharded = !s.optimizer_shards.empty();
+  if (!sharded && !prepare_checkpoint(dir, s.step)) return ckpt.string();  // already saved
+  if (sharded)
+    for (const auto& f : s.optimizer_shards)
+      if (!fs::exists(ckpt / f.name, ec))
+        PT_THROW(InputError, "save_training_state: the shard ", (ckpt / f.name).string(),
+                 " is missing (every rank writes its shard before rank 0 writes the manifest)");
 
   const std::string model_path = (ckpt / kModelFile).string();
   const std::string optim_path = (ckpt / kOptimFile).string();
   save_safetensors(model_path, s.model, s.model_metadata);
-  save_safetensors(optim_path, s.optimizer, Metadata{{"optimizer_steps", std::to_string(s.optimizer_steps)}});
+  if (!sharded)
+    save_safetensors(optim_path, s.optimizer, Metadata{{"optimizer_steps", std::to_string(s.optimizer_steps)}});
 
   nlohmann::json m;
   m["format"] = kFormat;
@@ -155,9 +292,20 @@ std::string save_training_state(const std::string& dir, const TrainingState& s, 
     m["rng"] = nullptr;
   }
   m["config"] = s.config;
+  m["zero_stage"] = s.zero_stage;
   m["files"] = nlohmann::json::object();
-  for (const auto& [fname, p] : {std::pair<const char*, std::string>{kModelFile, model_path}, {kOptimFile, optim_path}})
-    m["files"][fname] = {{"bytes", static_cast<uint64_t>(fs::file_size(p))}, {"crc32", file_crc32(p)}};
+  m["files"][kModelFile] = {{"bytes", static_cast<uint64_t>(fs::file_size(model_path))},
+                            {"crc32", file_crc32(model_path)}};
+  if (sharded) {
+    m["optimizer_shards"] = nlohmann::json::array();
+    for (const auto& f : s.optimizer_shards) {
+      m["optimizer_shards"].push_back(f.name);
+      m["files"][f.name] = {{"bytes", f.bytes}, {"crc32", f.crc32}};
+    }
+  } else {
+    m["files"][kOptimFile] = {{"bytes", static_cast<uint64_t>(fs::file_size(optim_path))},
+                              {"crc32", file_crc32(optim_path)}};
+  }
   write_file_atomic((ckpt / kManifest).string(), m.dump(2) + "\n");
   write_file_atomic((fs::path(dir) / "latest").string(), name + "\n");
 
@@ -241,7 +389,15 @@ TrainingState load_training_state(const std::string& ckpt) {
   auto model = read_safetensors((fs::path(ckpt) / kModelFile).string());
   s.model = std::move(model.tensors);
   s.model_metadata = std::move(model.metadata);
-  s.optimizer = load_safetensors((fs::path(ckpt) / kOptimFile).string());
+  s.zero_stage = m.value("zero_stage", 0);
+  if (m.contains("optimizer_shards")) {
+    for (const auto& f : m["optimizer_shards"])
+      s.optimizer_shards.push_back({f.get<std::string>(), m["files"][f.get<std::string>()]["bytes"].get<uint64_t>(),
+                                    m["files"][f.get<std::string>()]["crc32"].get<std::string>()});
+    s.optimizer = assemble_shards(ckpt, s.optimizer_shards);
+  } else {
+    s.optimizer = load_safetensors((fs::path(ckpt) / kOptimFile).string());
+  }
   return s;
 }
 

@@ -1,13 +1,16 @@
 // Training-state checkpoints (checkpoint/training_state.h): round trip, the manifest written
 // last, `latest`, keeping the last two, and damaged / incomplete checkpoints named and
-// never loaded.
+// never loaded; sharded optimizer state (ZeRO): one file per rank, assembled on load, a
+// damaged, missing or non-covering shard named.
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "paratrain/base/error.h"
 #include "paratrain/checkpoint/training_state.h"
@@ -160,6 +163,84 @@ TEST_F(TrainingStateTest, LatestNamingAMissingDirectoryIsAnError) {
   std::ofstream(fs::path(dir_) / "latest") << "step_9\n";
   const std::string msg = error_of([&] { find_latest_checkpoint(dir_); });
   EXPECT_NE(msg.find("step_9"), std::string::npos) << msg;
+}
+
+// The optimizer state of make_state() cut into `world` shards the way ZeRO's ranks hold it:
+// rank r has elements [r*len, (r+1)*len) of w (4 elements, flattened) -- pieces of 1-D views.
+std::vector<OptimizerShard> cut(const TrainingState& s, int world) {
+  std::vector<OptimizerShard> out(world);
+  const int64_t len = (4 + world - 1) / world;
+  for (int r = 0; r < world; ++r) {
+    const int64_t b = std::min<int64_t>(4, r * len), e = std::min<int64_t>(4, b + len);
+    if (b >= e) continue;
+    out[r].pieces.push_back({"w", b, e - b, {2, 2}});
+    for (const char* k : {"w.exp_avg", "w.exp_avg_sq"})
+      out[r].tensors[k] = s.optimizer.at(k).view({-1}).narrow(0, b, e - b);
+  }
+  return out;
+}
+
+// The sharded protocol of one save (every "rank" in turn, in this process).
+std::string save_sharded(const std::string& dir, TrainingState s, const std::vector<OptimizerShard>& shards) {
+  const int world = static_cast<int>(shards.size());
+  EXPECT_TRUE(prepare_checkpoint(dir, s.step));
+  for (int r = 0; r < world; ++r)
+    s.optimizer_shards.push_back(write_optimizer_shard(dir, s.step, r, world, shards[r], s.optimizer_steps));
+  s.zero_stage = 1;
+  return save_training_state(dir, s);
+}
+
+TEST_F(TrainingStateTest, ShardedOptimizerStateIsAssembledOnLoad) {
+  for (int world : {1, 2, 3}) {
+    const TrainingState want = make_state(4 + world);
+    const std::string p = save_sharded(dir_, want, cut(want, world));
+    for (int r = 0; r < world; ++r)
+      EXPECT_TRUE(fs::exists(p + "/" + optimizer_shard_file_name(r, world))) << r << " of " << world;
+    EXPECT_FALSE(fs::exists(p + "/optim.safetensors"));
+    TrainingState s = load_training_state(*find_latest_checkpoint(dir_));
+    EXPECT_EQ(s.step, 4 + world);
+    EXPECT_EQ(s.zero_stage, 1);
+    ASSERT_EQ(s.optimizer_shards.size(), static_cast<size_t>(world));
+    ASSERT_EQ(s.optimizer.size(), 2u);
+    for (const char* k : {"w.exp_avg", "w.exp_avg_sq"}) {
+      EXPECT_EQ(s.optimizer.at(k).shape(), (Shape{2, 2})) << k;
+      EXPECT_EQ(s.optimizer.at(k).to_vector(), want.optimizer.at(k).to_vector()) << k << ", " << world << " shards";
+    }
+    EXPECT_EQ(s.model.at("w").to_vector(), want.model.at("w").to_vector());
+  }
+  // Saving the step that already is `latest` again: prepare says there is nothing to do.
+  EXPECT_FALSE(prepare_checkpoint(dir_, 7));
+}
+
+TEST_F(TrainingStateTest, DamagedOrMissingShardIsNamed) {
+  const TrainingState want = make_state(2);
+  const std::string p = save_sharded(dir_, want, cut(want, 2));
+  const std::string shard = p + "/" + optimizer_shard_file_name(1, 2);
+  flip_byte(shard, static_cast<std::streamoff>(fs::file_size(shard) - 2));
+  std::string msg = error_of([&] { load_training_state(p); });
+  EXPECT_NE(msg.find("damaged"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("optim.rank1-of-2.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("checksum"), std::string::npos) << msg;
+  fs::remove(shard);
+  msg = error_of([&] { load_training_state(p); });
+  EXPECT_NE(msg.find("incomplete"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("optim.rank1-of-2.safetensors is missing"), std::string::npos) << msg;
+}
+
+TEST_F(TrainingStateTest, ShardsThatDoNotCoverTheStateAreDamaged) {
+  // Consistent checksums, but the pieces leave out elements 2..4 (rank 1 holds nothing) or
+  // overlap (both ranks hold all): the state cannot be assembled.
+  const TrainingState want = make_state(3);
+  auto shards = cut(want, 2);
+  shards[1] = OptimizerShard();
+  std::string msg = error_of([&] { load_training_state(save_sharded(dir_, want, shards)); });
+  EXPECT_NE(msg.find("damaged"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("leave out elements 2..4 of w.exp_avg"), std::string::npos) << msg;
+  shards = cut(want, 1);
+  shards.push_back(shards[0]);
+  fs::remove_all(dir_);
+  msg = error_of([&] { load_training_state(save_sharded(dir_, want, shards)); });
+  EXPECT_NE(msg.find("overlap"), std::string::npos) << msg;
 }
 
 }  // namespace

@@ -5,16 +5,24 @@
 //   D/step_<N>/model.safetensors   model weights (the Module's state_dict)
 //   D/step_<N>/optim.safetensors   optimizer state ("<param>.exp_avg", ... ; step count in
 //                                  its metadata too)
+//   D/step_<N>/optim.rank<R>-of-<W>.safetensors
+//                                  instead of optim.safetensors when the optimizer state is
+//                                  sharded (ZeRO): rank R's pieces, each a 1-D range of a
+//                                  parameter's state, the ranges in the file's metadata
 //   D/step_<N>/manifest.json       written LAST: step, world size, the run's configuration,
 //                                  optimizer step count, RNG state, loss scale, and the size
-//                                  and CRC32 of each file. A step_<N> without a manifest is
-//                                  incomplete.
+//                                  and CRC32 of each file (every shard too). A step_<N>
+//                                  without a manifest is incomplete.
 //   D/latest                       "step_<N>\n", written after the manifest.
 // Every file is written atomically (base/atomic_file.h), so a kill at any moment leaves
 // either the previous checkpoint as `latest` or the new one, never a torn file.
 //
-// No state is sharded yet: the same files serve any number of data-parallel ranks; only
-// rank 0 calls save_training_state().
+// Unsharded state: only rank 0 calls save_training_state(). Sharded state, a protocol the
+// caller runs over its ranks: rank 0 prepare_checkpoint(); (every rank waits for it)
+// every rank write_optimizer_shard(); (rank 0 gathers every rank's ShardFileInfo) rank 0
+// save_training_state() with optimizer_shards set, which writes the model and the manifest.
+// load_training_state() always returns the whole state, the shards assembled, so any number
+// of ranks can resume from it.
 //
 // Thread-safety: free functions, no shared state; two processes must not save into the same
 // directory at once.
@@ -25,6 +33,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -33,11 +42,37 @@
 
 namespace paratrain::checkpoint {
 
+// One rank's part of a sharded optimizer state (ZeRO). Piece p covers the elements
+// [begin, begin + numel) of the flattened parameter `name` (whole shape `shape`); `tensors`
+// holds, for each piece, its 1-D state tensors "<name>.<state>" (exp_avg, exp_avg_sq,
+// momentum_buffer) of numel elements.
+struct OptimizerShard {
+  struct Piece {
+    std::string name;
+    int64_t begin = 0, numel = 0;
+    Shape shape;
+  };
+  std::vector<Piece> pieces;
+  std::map<std::string, Tensor> tensors;
+};
+
+// A written shard file: its name inside the checkpoint directory, size and CRC32.
+struct ShardFileInfo {
+  std::string name;
+  uint64_t bytes = 0;
+  std::string crc32;  // 8 lower-case hex digits
+};
+
 struct TrainingState {
   int64_t step = 0;                           // optimizer steps completed = next step index
   std::map<std::string, Tensor> model;        // model weights
   Metadata model_metadata;                    // __metadata__ of model.safetensors
-  std::map<std::string, Tensor> optimizer;    // optimizer state tensors
+  std::map<std::string, Tensor> optimizer;    // optimizer state tensors (whole; on load
+                                              // assembled from the shards when sharded)
+  // Save with sharded state: the shard files the ranks wrote (rank order); `optimizer` is
+  // then unused. On load: the shard files the checkpoint has (empty when unsharded).
+  std::vector<ShardFileInfo> optimizer_shards;
+  int zero_stage = 0;                         // recorded in the manifest
   int64_t optimizer_steps = 0;                // Optimizer::steps_taken()
   std::optional<std::array<uint64_t, 4>> rng; // dropout Generator state, when the run has one
   double loss_scale = 1.0;
@@ -54,9 +89,26 @@ std::string checkpoint_name(int64_t step);
 // Writes D/step_<N>/ (N = state.step) and then D/latest, creating D when missing. A leftover
 // step_<N> that is not the current `latest` (e.g. half-written before a kill) is replaced;
 // if step_<N> already is `latest`, it is complete and identical, and nothing is written.
-// Afterwards keeps the newest `keep_last` complete checkpoints and deletes older step_*
-// directories. Returns the checkpoint's path. IoError on write failures.
+// With state.optimizer_shards set, the directory was prepared by prepare_checkpoint() and
+// holds the shards already: it writes the model file and the manifest listing every shard
+// (sizes and CRCs as given; InputError when a listed file is missing). Afterwards keeps the
+// newest `keep_last` complete checkpoints and deletes older step_* directories. Returns the
+// checkpoint's path. IoError on write failures.
 std::string save_training_state(const std::string& dir, const TrainingState& state, int keep_last = 2);
+
+// Sharded save, first step (rank 0, before any rank writes its shard): false when
+// D/step_<N> already is the complete `latest` (nothing to write); else removes a leftover
+// step_<N>, creates it (and D) and returns true. IoError on failure.
+bool prepare_checkpoint(const std::string& dir, int64_t step);
+
+// "optim.rank<R>-of-<W>.safetensors"
+std::string optimizer_shard_file_name(int rank, int world_size);
+
+// Sharded save, every rank after prepare_checkpoint(): writes this rank's shard atomically to
+// D/step_<N>/optimizer_shard_file_name(rank, world_size) (pieces in the metadata, with rank,
+// world size and the step count) and returns its name, size and CRC32.
+ShardFileInfo write_optimizer_shard(const std::string& dir, int64_t step, int rank, int world_size,
+                                    const OptimizerShard& shard, int64_t optimizer_steps);
 
 // The checkpoint a resume should load, or nullopt when D holds none (D missing, empty, or
 // without step_* directories). It is the one D/latest names, unless a newer step_* has a
@@ -72,7 +124,9 @@ std::optional<std::string> find_latest_checkpoint(const std::string& dir);
 void verify_training_state(const std::string& ckpt_dir);
 
 // verify_training_state(), then reads everything into a TrainingState (nothing is applied to
-// any model or optimizer here, so a bad checkpoint is never half-loaded).
+// any model or optimizer here, so a bad checkpoint is never half-loaded). Sharded optimizer
+// state is assembled into whole tensors; InputError ("damaged", naming the file or tensor)
+// when a shard's metadata is malformed or the pieces do not cover every element exactly once.
 TrainingState load_training_state(const std::string& ckpt_dir);
 
 // CRC32 (zlib) of a file's bytes, as 8 lower-case hex digits; IoError if unreadable.
