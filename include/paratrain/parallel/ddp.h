@@ -32,6 +32,17 @@
 //    finish() multiplies by 1/(micro-steps x world). With one micro-step per rank this is
 //    bit-identical to one process (a group of one, or no group) accumulating the same n
 //    micro-batches in the same order.
+//  - zero_stage 1 or 2 (ZeRO, docs/ddp.md): each bucket's flat buffer is padded to a multiple
+//    of the world size W and cut into W equal blocks; instead of an all-reduce, a bucket's
+//    collective is a reduce-scatter that leaves the sum of block r in rank r's `shard`
+//    (launched from the hooks as above, so it still overlaps backward), and finish() scales
+//    only that shard. The parameters' .grad are then unset: the averaged gradient exists only
+//    as the ranks' shards (shard_pieces()). An optimizer over this rank's pieces updates them
+//    in place and allgather_parameters() makes every parameter whole again (ZeroOptimizer,
+//    zero.h). Stage 2 also releases the full-size bucket buffers at finish() (the next
+//    zero_grad() takes them from the caching allocator again), so between steps a rank holds
+//    only its 1/W of the gradients. Buckets are never re-ordered in these stages (the shard
+//    layout stays fixed).
 //  - find_unused_parameters: parameters that got no gradient in the synchronised backward
 //    count as ready at finish() (their local gradient, zero if untouched, is reduced).
 //    Without it, such parameters make finish() throw an InputError naming them (instead of
@@ -64,6 +75,7 @@ struct DdpOptions {
   bool deterministic = false;  // rank-ordered sums (needs a group with options().deterministic)
   bool broadcast_parameters = true;  // copy rank 0's parameters to every rank at construction
   bool reorder_buckets = true;       // rebuild buckets once by the observed ready order
+  int zero_stage = 0;                // 1|2: reduce-scatter into per-rank shards (ZeRO; header comment)
   double timeout_s = 0;              // finish() deadline per bucket; 0 = the group's deadline
   CompressOptions compress;          // what travels instead of f32 buckets (grad_compression.h)
 };
@@ -126,6 +138,28 @@ class DistributedDataParallel {
   std::vector<std::vector<std::string>> bucket_names() const;
   // True once the buckets were rebuilt in ready order.
   bool buckets_rebuilt() const;
+
+  // ---- ZeRO (zero_stage 1|2) ----
+  // A piece of a parameter this rank owns: the intersection of the parameter's elements with
+  // this rank's block of its bucket (at most one piece per parameter and rank).
+  struct ShardPiece {
+    std::string name;   // the parameter's name
+    Tensor param;       // 1-D view of the parameter's elements [begin, begin + numel)
+    Tensor grad;        // 1-D view of the same elements of this rank's reduced gradient shard
+                        // (valid from finish() to the next zero_grad())
+    int64_t begin = 0;  // first element of the piece in the flattened parameter
+    Shape shape;        // the whole parameter's shape
+  };
+  // This rank's pieces, in bucket order (empty unless zero_stage > 0).
+  std::vector<ShardPiece> shard_pieces() const;
+  // After this rank's pieces were updated in place: gathers every rank's block of every
+  // bucket so each parameter is whole and identical on all ranks. Collective; deadline as
+  // finish(). A no-op without communication.
+  void allgather_parameters();
+  // Bytes of gradient buffers this rank holds now (buckets, accumulators, shards).
+  int64_t gradient_bytes() const;
+  // The group it reduces over (null: one process).
+  const std::shared_ptr<comm::ProcessGroup>& process_group() const;
 
   struct Impl;
 

@@ -11,6 +11,11 @@
 //   4. finish() handles parameters that never became ready (unused), waits for the buckets
 //      with a deadline, scales by 1/world (or 1/(micro-steps x world)), and remembers the
 //      ready order of the first step so the next zero_grad() can rebuild the buckets.
+// ZeRO (zero_stage 1|2): the same story, but each bucket is padded to W equal blocks and
+// reduce-scattered into this rank's block (`shard`); finish() scales the shard only and unsets
+// .grad, stage 2 frees the full buffers (zero_grad() takes them again). allgather_parameters()
+// packs the rank's updated block of the parameters, all-gathers it bucket by bucket (two in
+// flight) and copies every block back into the parameters.
 #include "paratrain/parallel/ddp.h"
 
 #include <algorithm>
@@ -71,6 +76,7 @@ struct DistributedDataParallel::Impl {
     std::string name;
     Tensor param;
     int bucket = -1;
+    int64_t offset = 0;  // first element in its bucket's flat buffer
     Tensor view;        // .grad: a view of the bucket's flat buffer
     Tensor accum_view;  // deterministic: the accumulator's view
     bool ready = false;
@@ -80,6 +86,8 @@ struct DistributedDataParallel::Impl {
     std::vector<int> params;
     Tensor flat;   // gradients, f32 [numel]
     Tensor accum;  // deterministic: accumulated micro-step gradients
+    int64_t shard_len = 0;  // ZeRO: block length; flat/accum hold world x shard_len (zero padded)
+    Tensor shard;           // ZeRO: this rank's block of the reduced gradient, f32 [shard_len]
     int pending = 0;
     comm::WorkPtr work;
     bool launched = false;
@@ -123,6 +131,11 @@ struct DistributedDataParallel::Impl {
       Bucket& bk = buckets[b];
       int64_t total = 0;
       for (int i : bk.params) total += params[i].param.numel();
+      if (opts.zero_stage > 0) {  // W equal blocks, the last rank's padded with zeros
+        bk.shard_len = (total + world - 1) / world;
+        total = bk.shard_len * world;
+        bk.shard = Tensor::zeros({bk.shard_len});
+      }
       bk.flat = Tensor::zeros({total});
       if (opts.deterministic) bk.accum = Tensor::zeros({total});
       int64_t off = 0;
@@ -130,6 +143,7 @@ struct DistributedDataParallel::Impl {
         Param& p = params[i];
         const int64_t n = p.param.numel();
         p.bucket = static_cast<int>(b);
+        p.offset = off;
         p.view = bk.flat.narrow(0, off, n).view(p.param.shape());
         if (opts.deterministic) p.accum_view = bk.accum.narrow(0, off, n).view(p.param.shape());
         off += n;
@@ -156,6 +170,12 @@ struct DistributedDataParallel::Impl {
     }
     b.launched = true;
     if (!communicates()) return;
+    if (opts.zero_stage > 0) {  // ZeRO: this rank receives only the sum of its block
+      const Tensor& in = opts.deterministic ? b.accum : b.flat;
+      b.work = pg->reduce_scatter(in.data_ptr(), b.shard.data_ptr(), static_cast<size_t>(b.shard_len), DType::F32,
+                                  comm::ReduceOp::kSum);
+      return;
+    }
     if (compressor) {  // grad_compression.h: casts or PowerSGD, collectives still in bucket order
       std::vector<GradSlot> slots;
       for (int i : b.params) slots.push_back({i, params[i].view});
@@ -198,6 +218,40 @@ struct DistributedDataParallel::Impl {
     mark_ready(i);
   }
 
+  // ZeRO-2: takes a released bucket's buffers again (the caching allocator hands back the
+  // same blocks) and points the parameters' views at them; zero_grad() zeroes them.
+  void reacquire(Bucket& bk) {
+    bk.flat = Tensor::empty({bk.shard_len * world});
+    if (opts.deterministic) bk.accum = Tensor::empty({bk.shard_len * world});
+    for (int i : bk.params) {
+      Param& p = params[i];
+      p.view = bk.flat.narrow(0, p.offset, p.param.numel()).view(p.param.shape());
+      if (opts.deterministic) p.accum_view = bk.accum.narrow(0, p.offset, p.param.numel()).view(p.param.shape());
+    }
+  }
+
+  // ZeRO, in finish(): waits for each bucket's reduce-scatter, scales this rank's shard and
+  // unsets .grad (the full buffers now hold only this rank's own, unreduced gradient); stage
+  // 2 frees them. Returns the bytes reduce-scattered.
+  int64_t finish_shards(float factor) {
+    int64_t bytes = 0;
+    for (auto& b : buckets) {
+      wait_work(b.work, opts.timeout_s);
+      const Tensor& buf = opts.deterministic ? b.accum : b.flat;
+      if (!communicates())
+        std::memcpy(b.shard.data_ptr(), buf.data<float>() + rank * b.shard_len, b.shard.nbytes());
+      if (opts.deterministic || world > 1) scale(b.shard.data<float>(), b.shard_len, factor);
+      bytes += static_cast<int64_t>(buf.nbytes());
+      for (int i : b.params) params[i].param.set_grad(Tensor());
+      if (opts.zero_stage == 2) {
+        for (int i : b.params) params[i].view = Tensor(), params[i].accum_view = Tensor();
+        b.flat = Tensor();
+        b.accum = Tensor();
+      }
+    }
+    return bytes;
+  }
+
   void wait_all_quietly() {
     if (compressor) compressor->wait_quietly();
     for (auto& b : buckets) {
@@ -237,6 +291,9 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared
   Impl& im = *impl_;
   im.pg = std::move(pg);
   im.opts = options;
+  if (options.zero_stage < 0 || options.zero_stage > 2)
+    PT_THROW(InputError, "DistributedDataParallel: zero_stage must be 0, 1 or 2, got ", options.zero_stage);
+  if (options.zero_stage > 0) im.opts.reorder_buckets = false;  // the shard layout stays fixed
   if (im.pg) {
     im.rank = im.pg->rank();
     im.world = im.pg->size();
@@ -367,6 +424,7 @@ void DistributedDataParallel::zero_grad() {
   }
   im.reset_step_state();
   for (auto& b : im.buckets) {
+    if (!b.flat.defined()) im.reacquire(b);  // ZeRO-2 released it at finish()
     b.flat.zero_();
     if (b.accum.defined()) b.accum.zero_();
   }
@@ -421,6 +479,16 @@ void DistributedDataParallel::finish() {
   const float factor = im.opts.deterministic ? 1.0f / static_cast<float>(micro * im.world)
                                              : 1.0f / static_cast<float>(im.world);
   int64_t bytes = 0;
+  const bool sharded = im.opts.zero_stage > 0;  // ZeRO: the shards instead of the loop below
+  if (sharded) {
+    try {
+      bytes = im.finish_shards(factor);
+    } catch (...) {
+      im.wait_all_quietly();
+      im.reset_step_state();
+      throw;
+    }
+  }
   int64_t bytes_f32 = 0;
   try {
     if (im.compressor) {  // leaves the mean over ranks in every bucket
@@ -428,6 +496,7 @@ void DistributedDataParallel::finish() {
       bytes = im.compressor->bytes_sent(), bytes_f32 = im.compressor->bytes_uncompressed();
     }
     for (auto& b : im.buckets) {
+      if (sharded) break;
       if (im.compressor) break;
       wait_work(b.work, im.opts.timeout_s);
       Tensor& buf = im.opts.deterministic ? b.accum : b.flat;
@@ -455,6 +524,89 @@ void DistributedDataParallel::finish() {
   // In deterministic mode the accumulators are zeroed by the next zero_grad(); .grad holds
   // the result.
   for (auto& p : im.params) p.passes = 0;
+}
+
+std::vector<DistributedDataParallel::ShardPiece> DistributedDataParallel::shard_pieces() const {
+  const Impl& im = *impl_;
+  std::vector<ShardPiece> out;
+  if (im.opts.zero_stage == 0) return out;
+  for (const auto& b : im.buckets) {
+    const int64_t lo_r = im.rank * b.shard_len, hi_r = lo_r + b.shard_len;
+    for (int i : b.params) {
+      const auto& p = im.params[i];
+      const int64_t lo = std::max(p.offset, lo_r), hi = std::min(p.offset + p.param.numel(), hi_r);
+      if (lo >= hi) continue;
+      ShardPiece piece;
+      piece.name = p.name;
+      piece.param = p.param.view({-1}).narrow(0, lo - p.offset, hi - lo);
+      piece.grad = b.shard.narrow(0, lo - lo_r, hi - lo);
+      piece.begin = lo - p.offset;
+      piece.shape = p.param.shape();
+      out.push_back(std::move(piece));
+    }
+  }
+  return out;
+}
+
+void DistributedDataParallel::allgather_parameters() {
+  Impl& im = *impl_;
+  PT_CHECK(im.opts.zero_stage > 0, "allgather_parameters() needs zero_stage 1 or 2");
+  if (!im.communicates()) return;
+  // Per bucket: pack this rank's block of the parameters, all-gather the blocks, copy them
+  // back into every parameter. At most two buckets in flight, so the staging memory stays
+  // about two buckets.
+  struct InFlight {
+    int bucket;
+    Tensor send, all;
+    comm::WorkPtr work;
+  };
+  std::vector<InFlight> q;
+  auto unpack = [&](InFlight& f) {
+    wait_work(f.work, im.opts.timeout_s);
+    const float* all = f.all.data<float>();
+    for (int i : im.buckets[f.bucket].params) {
+      auto& p = im.params[i];
+      std::memcpy(p.param.data_ptr(), all + p.offset, p.param.nbytes());
+    }
+  };
+  try {
+    for (int bi = 0; bi < static_cast<int>(im.buckets.size()); ++bi) {
+      const auto& b = im.buckets[bi];
+      InFlight f{bi, Tensor::zeros({b.shard_len}), Tensor::empty({b.shard_len * im.world}), nullptr};
+      const int64_t lo_r = im.rank * b.shard_len, hi_r = lo_r + b.shard_len;
+      float* send = f.send.data<float>();
+      for (int i : b.params) {
+        const auto& p = im.params[i];
+        const int64_t lo = std::max(p.offset, lo_r), hi = std::min(p.offset + p.param.numel(), hi_r);
+        if (lo < hi)
+          std::memcpy(send + (lo - lo_r), p.param.data<float>() + (lo - p.offset), static_cast<size_t>(hi - lo) * 4);
+      }
+      f.work = im.pg->allgather(f.send.data_ptr(), f.all.data_ptr(), static_cast<size_t>(b.shard_len), DType::F32);
+      q.push_back(std::move(f));
+      if (q.size() == 2) {
+        unpack(q.front());
+        q.erase(q.begin());
+      }
+    }
+    for (auto& f : q) unpack(f);
+  } catch (...) {
+    for (auto& f : q) {  // the buffers must outlive the calls that use them
+      try {
+        wait_work(f.work, im.opts.timeout_s);
+      } catch (const std::exception&) {
+      }
+    }
+    throw;
+  }
+}
+
+const std::shared_ptr<comm::ProcessGroup>& DistributedDataParallel::process_group() const { return impl_->pg; }
+
+int64_t DistributedDataParallel::gradient_bytes() const {
+  int64_t n = 0;
+  for (const auto& b : impl_->buckets)
+    n += static_cast<int64_t>(b.flat.nbytes() + b.accum.nbytes() + b.shard.nbytes());
+  return n;
 }
 
 }  // namespace paratrain::parallel

@@ -1,0 +1,293 @@
+// ZeRO stages 1 and 2 (parallel/zero.h) against plain data parallelism (DDP + the same
+// optimizer): one thread per rank (shm groups over a HashStore) with 2 and 3 ranks, several
+// buckets with padded last blocks, SGD to 1e-6 relative and AdamW with gradient
+// accumulation and active clipping bit for bit in deterministic mode; optimizer state and
+// gradient memory per rank.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "paratrain/autograd/engine.h"
+#include "paratrain/base/error.h"
+#include "paratrain/checkpoint/safetensors.h"
+#include "paratrain/comm/store.h"
+#include "paratrain/nn/gpt.h"
+#include "paratrain/optim/optimizer.h"
+#include "paratrain/parallel/ddp.h"
+#include "paratrain/parallel/zero.h"
+#include "paratrain/tensor/random.h"
+#include "support/run_binary.h"
+
+namespace fs = std::filesystem;
+using namespace paratrain;
+using namespace paratrain::parallel;
+
+namespace {
+
+using Weights = std::map<std::string, std::vector<float>>;
+
+// Runs fn(pg) on n threads, each rank its own group; returns each rank's error ("" = none).
+template <typename Fn>
+std::vector<std::string> run_ranks(int n, bool deterministic, Fn fn) {
+  auto store = std::make_shared<comm::HashStore>();
+  store->set_timeout(std::chrono::milliseconds(30000));
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(n);
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        comm::ProcessGroupOptions o;
+        o.backend = "shm";
+        o.timeout_s = 30;
+        o.deterministic = deterministic;
+        auto pg = comm::create_process_group(store, r, n, o);
+        fn(pg);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+nn::GPTConfig tiny_gpt() { return nn::GPTConfig{2, 2, 32, 16, 64, 0.0f}; }
+
+// Rows [first_row, first_row + rows) of step `step`'s global batch, fixed by (step, row).
+void make_rows(int64_t step, int64_t first_row, int64_t rows, int64_t T, int64_t V, Tensor& x, Tensor& y) {
+  std::vector<int32_t> xs, ys;
+  for (int64_t r = first_row; r < first_row + rows; ++r) {
+    Generator g(static_cast<uint64_t>(step * 100003 + r + 17));
+    std::vector<int32_t> w(T + 1);
+    for (auto& t : w) t = static_cast<int32_t>(g.below(static_cast<uint64_t>(V)));
+    xs.insert(xs.end(), w.begin(), w.end() - 1);
+    ys.insert(ys.end(), w.begin() + 1, w.end());
+  }
+  x = Tensor::from_vector_i32(xs, {rows, T});
+  y = Tensor::from_vector_i32(ys, {rows, T});
+}
+
+struct Spec {
+  int zero = 0;
+  int64_t accum = 1;
+  int steps = 6;
+  bool deterministic = false;
+  bool adamw = false;  // SGD with momentum otherwise (see ddp_test.cpp on AdamW and rounding)
+  double clip = 0.5;   // active: the tiny GPT's gradient norm starts above 1
+};
+
+struct Outcome {
+  Weights weights;
+  ZeroMemory memory;             // after the last step (zero > 0)
+  int64_t plain_state_bytes = 0; // optimizer state bytes (zero == 0)
+  int64_t grad_bytes = 0;        // ddp.gradient_bytes() after the last step
+  std::vector<double> norms;
+};
+
+// Trains the tiny GPT; rank r takes slice j = k*world + r at micro-step k. Several buckets
+// (16 KiB, the first 4 KiB), so some blocks are padded and parameters cross block borders.
+Outcome train_tiny(const std::shared_ptr<comm::ProcessGroup>& pg, const Spec& s) {
+  const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
+  auto cfg = tiny_gpt();
+  nn::GPT model(cfg, 100 + static_cast<uint64_t>(rank));
+  DdpOptions o;
+  o.deterministic = s.deterministic;
+  o.bucket_bytes = 16 << 10;
+  o.first_bucket_bytes = 4 << 10;
+  o.zero_stage = s.zero;
+  DistributedDataParallel ddp(model, pg, o);
+  auto params = model.named_parameters();
+  const optim::NamedParams opt_params = s.zero > 0 ? zero_pieces(ddp) : params;
+  std::unique_ptr<optim::Optimizer> opt;
+  if (s.adamw) {
+    optim::AdamWOptions ao;
+    ao.lr = 3e-3, ao.beta2 = 0.95, ao.weight_decay = 0.1;
+    opt = std::make_unique<optim::AdamW>(opt_params, ao);
+  } else {
+    optim::SGDOptions so;
+    so.lr = 0.1, so.momentum = 0.9, so.weight_decay = 0.01, so.decay_2d_only = true;
+    opt = std::make_unique<optim::SGD>(opt_params, so);
+  }
+  std::optional<ZeroOptimizer> zero;
+  if (s.zero > 0) zero.emplace(ddp, *opt);
+  Outcome out;
+  Tensor seed = Tensor::full({}, ddp.backward_seed(s.accum));
+  for (int step = 0; step < s.steps; ++step) {
+    ddp.zero_grad();
+    for (int64_t k = 0; k < s.accum; ++k) {
+      std::optional<NoSync> ns;
+      if (k + 1 < s.accum) ns.emplace(ddp.no_sync());
+      Tensor x, y;
+      make_rows(step, (k * world + rank) * 2, 2, cfg.block_size, cfg.vocab_size, x, y);
+      autograd::backward(model.loss(x, y), seed);
+    }
+    ddp.finish();
+    if (zero) {
+      const double norm = zero->grad_norm();
+      zero->clip_grad_norm(s.clip, norm);
+      zero->step();
+      out.norms.push_back(norm);
+    } else {
+      const double norm = optim::grad_norm(params);
+      optim::clip_grad_norm(params, s.clip, norm);
+      opt->step();
+      out.norms.push_back(norm);
+    }
+  }
+  for (auto& [name, t] : params) out.weights[name] = t.to_vector();
+  if (zero) out.memory = zero->memory();
+  for (const auto& [k, t] : opt->state_dict()) out.plain_state_bytes += static_cast<int64_t>(t.nbytes());
+  out.grad_bytes = ddp.gradient_bytes();
+  return out;
+}
+
+std::vector<Outcome> train_ranks(int n, const Spec& s) {
+  std::vector<Outcome> got(n);
+  auto errs = run_ranks(n, s.deterministic, [&](auto pg) { got[pg->rank()] = train_tiny(pg, s); });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errs[r], "") << "rank " << r;
+  return got;
+}
+
+double max_rel_diff(const Weights& a, const Weights& b, std::string* worst_name = nullptr) {
+  double worst = 0;
+  for (const auto& [name, vb] : b) {
+    const auto& va = a.at(name);
+    double d = 0, n = 0;
+    for (size_t i = 0; i < vb.size(); ++i) {
+      d += (double(va[i]) - vb[i]) * (double(va[i]) - vb[i]);
+      n += double(vb[i]) * vb[i];
+    }
+    const double rel = std::sqrt(d) / std::max(std::sqrt(n), 1e-30);
+    if (rel > worst && worst_name) *worst_name = name;
+    worst = std::max(worst, rel);
+  }
+  return worst;
+}
+
+bool bit_identical(const Weights& a, const Weights& b, std::string* first = nullptr) {
+  for (const auto& [name, vb] : b) {
+    const auto& va = a.at(name);
+    if (va.size() != vb.size() || std::memcmp(va.data(), vb.data(), vb.size() * sizeof(float)) != 0) {
+      if (first) *first = name;
+      return false;
+    }
+  }
+  return true;
+}
+
+// (world, stage)
+class ZeroEquivalence : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(ZeroEquivalence, SgdMatchesPlainDataParallel) {
+  const auto [n, stage] = GetParam();
+  Spec plain;
+  Spec zero = plain;
+  zero.zero = stage;
+  const auto ref = train_ranks(n, plain);
+  const auto got = train_ranks(n, zero);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_GT(ref[0].norms[0], plain.clip) << "clipping is not active";
+  for (int r = 0; r < n; ++r) {
+    std::string worst;
+    const double rel = max_rel_diff(got[r].weights, ref[r].weights, &worst);
+    EXPECT_LT(rel, 1e-6) << "zero " << stage << ", " << n << " ranks, rank " << r << ": worst tensor " << worst;
+    std::string first;
+    EXPECT_TRUE(bit_identical(got[r].weights, got[0].weights, &first)) << "rank " << r << " differs at " << first;
+    for (size_t i = 0; i < ref[r].norms.size(); ++i)
+      EXPECT_NEAR(got[r].norms[i], ref[r].norms[i], 1e-6 * ref[r].norms[i]) << "grad norm at step " << i;
+  }
+}
+
+TEST_P(ZeroEquivalence, DeterministicAdamWWithAccumulationAndClippingIsBitIdentical) {
+  const auto [n, stage] = GetParam();
+  Spec plain;
+  plain.deterministic = true, plain.adamw = true, plain.accum = 2;
+  Spec zero = plain;
+  zero.zero = stage;
+  const auto ref = train_ranks(n, plain);
+  const auto got = train_ranks(n, zero);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_GT(ref[0].norms[0], plain.clip) << "clipping is not active";
+  for (int r = 0; r < n; ++r) {
+    std::string first;
+    EXPECT_TRUE(bit_identical(got[r].weights, ref[r].weights, &first))
+        << "zero " << stage << ", " << n << " ranks, rank " << r << " differs from plain DP at " << first
+        << " (max rel " << max_rel_diff(got[r].weights, ref[r].weights) << ")";
+  }
+}
+
+TEST_P(ZeroEquivalence, OptimizerStateAndGradientsAreCutInW) {
+  const auto [n, stage] = GetParam();
+  Spec plain;
+  plain.adamw = true, plain.steps = 1;
+  Spec zero = plain;
+  zero.zero = stage;
+  const auto ref = train_ranks(n, plain);
+  const auto got = train_ranks(n, zero);
+  ASSERT_FALSE(HasFailure());
+  const int64_t unsharded = ref[0].plain_state_bytes;  // exp_avg + exp_avg_sq of every element
+  int64_t sum = 0;
+  for (int r = 0; r < n; ++r) {
+    const ZeroMemory& m = got[r].memory;
+    sum += m.optimizer_bytes;
+    // 1/W of the state, give or take the padding of each bucket's last block.
+    EXPECT_NEAR(static_cast<double>(m.optimizer_bytes * n) / static_cast<double>(unsharded), 1.0, 0.01)
+        << "rank " << r << ": " << m.optimizer_bytes << " of " << unsharded << " bytes";
+    EXPECT_NEAR(static_cast<double>(m.optimizer_unsharded_bytes), static_cast<double>(unsharded), 1.0);
+    EXPECT_EQ(m.gradient_bytes, got[r].grad_bytes);
+    // Between steps stage 2 holds the shard only; stage 1 also keeps the full buckets.
+    const int64_t plain_grads = ref[r].grad_bytes;  // the full buckets
+    if (stage == 2)
+      EXPECT_NEAR(static_cast<double>(got[r].grad_bytes * n) / static_cast<double>(plain_grads), 1.0, 0.01)
+          << "rank " << r << ": " << got[r].grad_bytes << " bytes of gradients, unsharded " << plain_grads;
+    else
+      EXPECT_GE(got[r].grad_bytes, plain_grads) << "rank " << r;
+  }
+  EXPECT_EQ(sum, unsharded) << "the ranks' pieces must partition the state exactly";
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldAndStage, ZeroEquivalence,
+                         ::testing::Combine(::testing::Values(2, 3), ::testing::Values(1, 2)),
+                         [](const auto& info) {
+                           return "w" + std::to_string(std::get<0>(info.param)) + "_zero" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(Zero, OneProcessIsBitIdenticalToNoSharding) {
+  for (int stage : {1, 2}) {
+    Spec plain;
+    plain.adamw = true, plain.accum = 2;
+    Spec zero = plain;
+    zero.zero = stage;
+    std::string first;
+    EXPECT_TRUE(bit_identical(train_tiny(nullptr, zero).weights, train_tiny(nullptr, plain).weights, &first))
+        << "zero " << stage << " differs at " << first;
+  }
+}
+
+TEST(Zero, BadStageAndMisuseAreInputErrors) {
+  nn::GPT model(tiny_gpt(), 1);
+  DdpOptions o;
+  o.zero_stage = 3;
+  EXPECT_THROW(DistributedDataParallel(model, nullptr, o), InputError);
+  DistributedDataParallel plain(model, nullptr);
+  EXPECT_THROW(zero_pieces(plain), InputError);
+  o.zero_stage = 1;
+  DistributedDataParallel ddp(model, nullptr, o);
+  optim::SGD whole(model.named_parameters(), {});  // not built over the pieces
+  EXPECT_THROW(ZeroOptimizer(ddp, whole), InputError);
+}
+
+}  // namespace
