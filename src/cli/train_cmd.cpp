@@ -52,6 +52,9 @@ int run_train(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "shm", "tcp", "mpi"}));
   app.add_option("--dp", c.dp, "data-parallel ranks (0 = the world size; must equal it)");
   app.add_option("--bucket-mb", c.bucket_mb, "DDP gradient bucket size in MiB");
+  app.add_option("--zero", c.zero,
+                 "ZeRO stage: 0 = off, 1 = shard the optimizer state over the data-parallel ranks, 2 = also the "
+                 "gradients (docs/ddp.md)");
   app.add_option("--compress", c.compress, "gradient compression on the wire: none | fp16 | bf16 | powersgd (docs/ddp.md)")
       ->check(CLI::IsMember({"none", "fp16", "bf16", "powersgd"}));
   app.add_option("--powersgd-rank", c.powersgd_rank, "PowerSGD: rank r; an n x m gradient is sent as r(n+m) values");

@@ -26,6 +26,7 @@
 #include "paratrain/nn/gpt.h"
 #include "paratrain/optim/optimizer.h"
 #include "paratrain/parallel/ddp.h"
+#include "paratrain/parallel/zero.h"
 #include "paratrain/parallel/grad_compression.h"
 
 namespace paratrain::parallel {
@@ -224,6 +225,9 @@ void validate(const TrainConfig& c) {
     PT_THROW(InputError, "unknown --backend '", c.backend, "' (expected auto, shm, tcp or mpi)");
   if (c.dp < 0) PT_THROW(InputError, "--dp must be positive (0 = the world size)");
   if (!(c.bucket_mb > 0)) PT_THROW(InputError, "--bucket-mb must be positive, got ", c.bucket_mb);
+  if (c.zero < 0 || c.zero > 2)
+    PT_THROW(InputError, "--zero must be 0, 1 or 2 (0 = off, 1 = shard the optimizer state, 2 = also the gradients), got ",
+             c.zero);
   compress_options(c.compress, c.powersgd_rank, c.powersgd_start_iter, c.seed, c.deterministic);  // InputError if bad
   if (c.checkpoint_every < 0) PT_THROW(InputError, "--checkpoint-every must not be negative (0 = only after the last step)");
   if (c.checkpoint_dir.empty() && c.checkpoint_every > 0)
@@ -236,7 +240,7 @@ void validate(const TrainConfig& c) {
 // What a checkpoint records about the run: the data layout, and every setting that changes
 // the arithmetic (a resume under different values would not continue the same run).
 nlohmann::json run_config(const TrainConfig& c, int64_t micro_batch, int world, int64_t steps, double lr) {
-  return {{"layout", {{"micro_batch", micro_batch}, {"grad_accum", c.grad_accum}, {"dp", world}, {"seed", c.seed}}},
+  return {{"layout", {{"micro_batch", micro_batch}, {"grad_accum", c.grad_accum}, {"dp", world}, {"seed", c.seed}, {"zero", c.zero}}},
           {"math",
            {{"model", c.model},         {"n_layer", c.n_layer},           {"n_head", c.n_head},
             {"n_embd", c.n_embd},       {"block_size", c.block_size},     {"vocab_size", c.vocab_size},
@@ -321,6 +325,10 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
         PT_THROW(InputError, "cannot resume from ", *ckpt, ": it is at step ", resumed->step, ", beyond --steps ", steps);
       log << "resuming from " << *ckpt << " (step " << resumed->step << " of " << steps << ")";
       if (resumed->world_size != world) log << ", saved by " << resumed->world_size << " ranks, now " << world;
+      if (!resumed->optimizer_shards.empty())
+        log << ", optimizer state from " << resumed->optimizer_shards.size() << " shard(s)"
+            << (cfg.zero > 0 ? (resumed->optimizer_shards.size() != static_cast<size_t>(world) ? ", re-cut" : "")
+                             : ", assembled");
       log << "\n";
     } else {
       log << "no checkpoint in " << cfg.checkpoint_dir << ": starting from step 0\n";
@@ -341,9 +349,10 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     pg = comm::create_process_group_from_env(po);
   }
   std::unique_ptr<DistributedDataParallel> ddp;
-  if (pg || cfg.deterministic) {
+  if (pg || cfg.deterministic || cfg.zero > 0) {
     DdpOptions o;
     o.deterministic = cfg.deterministic;
+    o.zero_stage = cfg.zero;  // ZeRO: gradients reduce-scattered into per-rank shards
     o.bucket_bytes = static_cast<size_t>(cfg.bucket_mb * (1 << 20));
     o.first_bucket_bytes = std::min<size_t>(o.bucket_bytes, size_t(1) << 20);
     o.compress = compress_options(cfg.compress, cfg.powersgd_rank, cfg.powersgd_start_iter, cfg.seed);
@@ -351,29 +360,65 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   }
 
   auto params = model.named_parameters();
+  // ZeRO (--zero 1|2): the optimizer holds state for, and updates, this rank's pieces only.
+  const optim::NamedParams opt_params = cfg.zero > 0 ? zero_pieces(*ddp) : params;
   std::unique_ptr<optim::Optimizer> opt;
   if (cfg.optimizer == "adamw") {
     optim::AdamWOptions o;
     o.lr = lr, o.beta1 = cfg.beta1, o.beta2 = cfg.beta2, o.eps = cfg.eps, o.weight_decay = cfg.weight_decay;
-    opt = std::make_unique<optim::AdamW>(params, o);
+    opt = std::make_unique<optim::AdamW>(opt_params, o);
   } else {
     optim::SGDOptions o;
     o.lr = lr, o.momentum = cfg.momentum, o.weight_decay = cfg.weight_decay;
-    opt = std::make_unique<optim::SGD>(params, o);
+    opt = std::make_unique<optim::SGD>(opt_params, o);
   }
+  std::unique_ptr<ZeroOptimizer> zero;
+  if (cfg.zero > 0) {
+    zero = std::make_unique<ZeroOptimizer>(*ddp, *opt);
+  }
+  // Per rank, gathered after the first step (constant from then on): optimizer state bytes
+  // and the gradient buffers held between steps.
+  std::vector<int64_t> mem_optimizer_per_rank, mem_grad_per_rank;
   if (resumed) {
-    opt->load_state_dict(resumed->optimizer, resumed->optimizer_steps);
+    if (zero)
+      zero->load_state(resumed->optimizer, resumed->optimizer_steps);  // this rank's pieces, re-cut
+    else
+      opt->load_state_dict(resumed->optimizer, resumed->optimizer_steps);
     if (Generator* gen = task->generator(); gen && resumed->rng) gen->set_state(*resumed->rng);
     resumed->model.clear();
     resumed->optimizer.clear();
   }
   auto save_checkpoint = [&](int64_t done) {
+    std::vector<checkpoint::ShardFileInfo> shards;
+    if (zero) {
+      // Sharded: rank 0 prepares the directory, every rank writes its shard, rank 0 gathers
+      // their sizes and CRCs and writes the model and the manifest last (training_state.h).
+      int32_t go = rank == 0 ? static_cast<int32_t>(checkpoint::prepare_checkpoint(cfg.checkpoint_dir, done)) : 0;
+      if (pg) pg->broadcast(&go, 1, DType::I32, 0)->wait();
+      if (!go) return;  // this step's checkpoint is already complete
+      const auto mine = checkpoint::write_optimizer_shard(cfg.checkpoint_dir, done, rank, world, zero->shard_state(),
+                                                          opt->steps_taken());
+      std::vector<int64_t> info = {static_cast<int64_t>(mine.bytes),
+                                   static_cast<int64_t>(std::stoul(mine.crc32, nullptr, 16))};
+      std::vector<int64_t> all = info;
+      if (pg) {
+        all.resize(2 * static_cast<size_t>(world));
+        pg->allgather(info.data(), all.data(), 2, DType::I64)->wait();
+      }
+      for (int r = 0; r < world; ++r) {
+        char crc[9];
+        std::snprintf(crc, sizeof crc, "%08lx", static_cast<unsigned long>(all[2 * r + 1]));
+        shards.push_back({checkpoint::optimizer_shard_file_name(r, world), static_cast<uint64_t>(all[2 * r]), crc});
+      }
+    }
     if (rank != 0) return;
     checkpoint::TrainingState st;
     st.step = done;
     st.model = model.state_dict();
     st.model_metadata = task->metadata();
-    st.optimizer = opt->state_dict();
+    if (!zero) st.optimizer = opt->state_dict();
+    st.optimizer_shards = shards;
+    st.zero_stage = cfg.zero;
     st.optimizer_steps = opt->steps_taken();
     st.loss_scale = 1.0;
     if (Generator* gen = task->generator()) st.rng = gen->state();
@@ -391,6 +436,21 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       << kernels::cpu::num_threads() << " threads" << (world > 1 ? " per rank" : "");
   if (pg) log << ", " << world << " ranks (" << pg->backend_name() << (cfg.deterministic ? ", deterministic" : "") << ")";
   log << "\n";
+  if (zero) {
+    const ZeroMemory zm = zero->memory();
+    const auto mib = [](int64_t b) {
+      std::ostringstream o;
+      o << std::fixed << std::setprecision(2) << static_cast<double>(b) / (1 << 20);
+      return o.str();
+    };
+    log << "zero " << cfg.zero << ": per rank, optimizer state " << mib(zm.optimizer_bytes) << " MiB (unsharded "
+        << mib(zm.optimizer_unsharded_bytes) << " MiB), gradient shard " << mib(zm.gradient_shard_bytes) << " MiB"
+        << (cfg.zero == 2 ? "; the full gradient buckets (" + mib(zm.gradient_bytes - zm.gradient_shard_bytes) +
+                                " MiB) are held only from zero_grad to the reduce-scatter"
+                          : " next to the full gradient buckets (" + mib(zm.gradient_bytes - zm.gradient_shard_bytes) +
+                                " MiB)")
+        << "\n";
+  }
   if (cfg.compress != "none")
     log << (pg ? compress_summary(model, ddp->options().compress) : "--compress " + cfg.compress + ": one rank, nothing to send") << "\n";
 
@@ -440,9 +500,33 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       autograd::backward(loss, accum_seed);
     }
     if (ddp) ddp->finish();  // .grad = mean over every micro-batch of every rank
-    const double norm = optim::grad_norm(params);  // global: the gradients are already averaged
-    optim::clip_grad_norm(params, cfg.grad_clip, norm);
-    opt->step();
+    double norm = 0;
+    if (zero) {
+      norm = zero->grad_norm();  // global: every rank's shard of the averaged gradient
+      zero->clip_grad_norm(cfg.grad_clip, norm);
+      zero->step();  // this rank's pieces, then the parameters are all-gathered
+    } else {
+      norm = optim::grad_norm(params);  // global: the gradients are already averaged
+      optim::clip_grad_norm(params, cfg.grad_clip, norm);
+      opt->step();
+    }
+    if (step == start_step) {  // memory per rank, as it stays between steps
+      int64_t mine[2] = {0, 0};
+      for (const auto& [key, t] : opt->state_dict()) mine[0] += static_cast<int64_t>(t.nbytes());
+      if (ddp)
+        mine[1] = ddp->gradient_bytes();
+      else
+        for (const auto& [name, p] : params) mine[1] += p.grad().defined() ? static_cast<int64_t>(p.grad().nbytes()) : 0;
+      std::vector<int64_t> all(mine, mine + 2);
+      if (pg) {
+        all.resize(2 * static_cast<size_t>(world));
+        pg->allgather(mine, all.data(), 2, DType::I64)->wait();
+      }
+      for (int r = 0; r < world; ++r) {
+        mem_optimizer_per_rank.push_back(all[2 * r]);
+        mem_grad_per_rank.push_back(all[2 * r + 1]);
+      }
+    }
     double step_s = seconds_since(t0);
     double loss = loss_sum / static_cast<double>(cfg.grad_accum);
     std::vector<double> step_ms_per_rank = {step_s * 1e3};
@@ -489,6 +573,9 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
                           {"mem_peak_bytes", peak_per_rank},
                           {"step_ms_per_rank", step_ms_per_rank}};
       if (pg) m["world_size"] = world;
+      m["mem_optimizer_bytes"] = mem_optimizer_per_rank;
+      m["mem_grad_bytes"] = mem_grad_per_rank;
+      if (zero) m["zero"] = cfg.zero;
       if (pg) m["comm_bytes"] = ddp->last_stats().bytes, m["comm_bytes_uncompressed"] = ddp->last_stats().bytes_uncompressed;
       m[task->counts_tokens() ? "tokens_per_s" : "samples_per_s"] = static_cast<double>(items_per_step) / step_s;
       metrics.write(m);

@@ -2,7 +2,8 @@
 // optimizer): one thread per rank (shm groups over a HashStore) with 2 and 3 ranks, several
 // buckets with padded last blocks, SGD to 1e-6 relative and AdamW with gradient
 // accumulation and active clipping bit for bit in deterministic mode; optimizer state and
-// gradient memory per rank.
+// gradient memory per rank; and `paratrain train --zero` end to end through the real binary
+// (2 and 3 ranks under `paratrain launch`, metrics, bad values).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -288,6 +289,117 @@ TEST(Zero, BadStageAndMisuseAreInputErrors) {
   DistributedDataParallel ddp(model, nullptr, o);
   optim::SGD whole(model.named_parameters(), {});  // not built over the pieces
   EXPECT_THROW(ZeroOptimizer(ddp, whole), InputError);
+}
+
+// ---- `paratrain train --zero` through the real binary ----
+
+class ZeroTrain : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() / ("paratrain_zero_" + std::to_string(::getpid()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    const int32_t n = 40000;  // a token file with some structure, vocab 256
+    std::vector<int32_t> header(256, 0);
+    header[0] = 20240520, header[1] = 1, header[2] = n;
+    std::mt19937 gen(7);
+    std::vector<uint16_t> toks(n);
+    for (int32_t i = 0; i < n; ++i) toks[i] = static_cast<uint16_t>(i % 7 ? gen() % 256 : (i / 7) % 256);
+    std::ofstream f(path("t.bin"), std::ios::binary);
+    f.write(reinterpret_cast<const char*>(header.data()), 256 * 4);
+    f.write(reinterpret_cast<const char*>(toks.data()), n * 2);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  // `paratrain train` on nproc ranks under `paratrain launch` (0: one process, no launcher).
+  test::CommandResult train(int nproc, const std::string& args) {
+    std::string cmd = nproc > 0 ? "launch --nproc-per-node " + std::to_string(nproc) + " -- " + PARATRAIN_BIN + " " : "";
+    return test::run_paratrain(cmd + "train --model gpt-nano --data " + path("t.bin") + " --quiet " + args, 90);
+  }
+  std::vector<nlohmann::json> metrics(const std::string& name) const {
+    std::vector<nlohmann::json> out;
+    std::ifstream f(path(name));
+    for (std::string line; std::getline(f, line);)
+      if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+    return out;
+  }
+  std::string dir_;
+};
+
+Weights load_weights(const std::string& p) {
+  Weights w;
+  for (auto& [name, t] : checkpoint::load_safetensors(p)) w[name] = t.to_vector();
+  return w;
+}
+
+TEST_F(ZeroTrain, ZeroOneAndTwoMatchPlainDataParallel) {
+  // SGD on 3 ranks (the reduce-scatter sums in another order than the all-reduce: 1e-6), and
+  // AdamW with --grad-accum 2 and active clipping in deterministic mode (bit for bit).
+  const std::string sgd = "--steps 10 --micro-batch 2 --optimizer sgd --lr 0.1 ";
+  const std::string adamw = "--steps 10 --micro-batch 2 --deterministic --grad-accum 2 --grad-clip 0.3 ";
+  auto r = train(3, sgd + "--save-final " + path("sgd0.st"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = train(3, adamw + "--save-final " + path("adamw0.st") + " --metrics " + path("adamw0.jsonl"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  ASSERT_FALSE(metrics("adamw0.jsonl").empty());
+  EXPECT_GT(metrics("adamw0.jsonl")[0]["grad_norm"].get<double>(), 0.3) << "clipping is not active";
+  for (int stage : {1, 2}) {
+    const std::string z = "--zero " + std::to_string(stage) + " ";
+    r = train(3, sgd + z + "--save-final " + path("sgd.st"));
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("zero " + std::to_string(stage) + ": per rank, optimizer state"), std::string::npos) << r.out;
+    const double rel = max_rel_diff(load_weights(path("sgd.st")), load_weights(path("sgd0.st")));
+    EXPECT_LT(rel, 1e-6) << "--zero " << stage << " SGD on 3 ranks: relative difference " << rel;
+    r = train(3, adamw + z + "--save-final " + path("adamw.st"));
+    ASSERT_EQ(r.rc, 0) << r.out;
+    std::string first;
+    EXPECT_TRUE(bit_identical(load_weights(path("adamw.st")), load_weights(path("adamw0.st")), &first))
+        << "--zero " << stage << " --deterministic differs from plain DP at " << first;
+  }
+}
+
+TEST_F(ZeroTrain, MetricsShowPerRankMemoryFalling) {
+  const std::string args = "--steps 2 --micro-batch 2 ";
+  auto r = train(2, args + "--metrics " + path("z0.jsonl"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = train(2, args + "--zero 1 --metrics " + path("z1.jsonl"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = train(2, args + "--zero 2 --metrics " + path("z2.jsonl"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto z0 = metrics("z0.jsonl").back(), z1 = metrics("z1.jsonl").back(), z2 = metrics("z2.jsonl").back();
+  ASSERT_EQ(z0["mem_optimizer_bytes"].size(), 2u) << z0.dump();
+  ASSERT_EQ(z1["mem_optimizer_bytes"].size(), 2u) << z1.dump();
+  EXPECT_EQ(z1["zero"], 1);
+  for (int rank = 0; rank < 2; ++rank) {
+    const double opt0 = z0["mem_optimizer_bytes"][rank].get<double>();
+    const double grad0 = z0["mem_grad_bytes"][rank].get<double>();
+    EXPECT_GT(opt0, 0);
+    for (const auto* z : {&z1, &z2}) {  // half the optimizer state (give or take padding)
+      const double opt = (*z)["mem_optimizer_bytes"][rank].get<double>();
+      EXPECT_NEAR(opt / opt0, 0.5, 0.01) << "rank " << rank << ": " << z->dump();
+    }
+    // Stage 1 keeps the full gradient buckets between steps, stage 2 only the half it owns.
+    EXPECT_NEAR(z1["mem_grad_bytes"][rank].get<double>() / grad0, 1.5, 0.01) << z1.dump();
+    EXPECT_NEAR(z2["mem_grad_bytes"][rank].get<double>() / grad0, 0.5, 0.01) << z2.dump();
+  }
+}
+
+TEST_F(ZeroTrain, OneProcessAndBadValues) {
+  auto r = train(0, "--steps 3 --micro-batch 2 --save-final " + path("a.st"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = train(0, "--steps 3 --micro-batch 2 --zero 2 --save-final " + path("b.st"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(bit_identical(load_weights(path("b.st")), load_weights(path("a.st")))) << "one process, --zero 2";
+  for (const char* bad : {"3", "-1"}) {
+    r = train(0, std::string("--steps 1 --zero ") + bad);
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_NE(r.out.find("--zero must be 0, 1 or 2"), std::string::npos) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one line: " << r.out;
+  }
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 // by SIGKILL after a checkpoint and resumed ends with the same weights, byte for byte, as a
 // run never stopped (one process, and 2 ranks under `paratrain launch`); 2 ranks resume onto
 // 3 at the same global batch; damaged and incomplete checkpoints are named, exit 2, and
-// nothing is trained. Every spawned process has a deadline and is killed past it.
+// nothing is trained. With ZeRO (--zero 1|2) each rank saves its shard of the optimizer
+// state: a killed run resumes bit for bit, the shards are re-cut for 3 ranks or assembled for
+// one process, and a damaged or missing shard is named. Every spawned process has a deadline
+// and is killed past it.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -317,6 +321,82 @@ TEST_F(Resume, DamagedAndIncompleteCheckpointsAreNamedAndNothingIsLoaded) {
   EXPECT_NE(out.find("ck/step_6 is incomplete"), std::string::npos) << out;
   EXPECT_NE(out.find("manifest.json"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(path("x.st")));
+}
+
+TEST_F(Resume, ZeroTwoRanksKilledAndResumedIsBitIdentical) {
+  const std::string args = kTrain + "--steps 24 --micro-batch 3 --zero 1 ";
+  std::string out;
+  ASSERT_EQ(run(2, args + "--save-final full.st", &out), 0) << out;
+  const int rc =
+      run_and_kill(2, args + "--checkpoint-dir ck --checkpoint-every 4 --save-final resumed.st", "ck/step_4", &out);
+  ASSERT_NE(rc, 0) << "a rank was SIGKILLed, the launcher must fail: " << out;
+  // Each rank saved its own shard, and the manifest lists both with their checksums.
+  const std::string manifest = read_text(path("ck/step_4/manifest.json"));
+  for (const char* shard : {"optim.rank0-of-2.safetensors", "optim.rank1-of-2.safetensors"}) {
+    EXPECT_TRUE(fs::exists(path(std::string("ck/step_4/") + shard))) << shard;
+    EXPECT_NE(manifest.find(shard), std::string::npos) << manifest;
+  }
+  EXPECT_FALSE(fs::exists(path("ck/step_4/optim.safetensors")));
+  ASSERT_EQ(run(2, args + "--checkpoint-dir ck --checkpoint-every 4 --resume --save-final resumed.st", &out), 0)
+      << out;
+  const int64_t at = resumed_step(out);
+  ASSERT_GE(at, 4) << out;
+  ASSERT_LT(at, 24) << "the kill came too late to test anything: " << out;
+  EXPECT_TRUE(read_text(path("resumed.st")) == read_text(path("full.st")))
+      << "--zero 1 on 2 ranks resumed from " << at << ": weights differ from the uninterrupted run";
+}
+
+TEST_F(Resume, ZeroShardsAreReCutForThreeRanksAndAssembledForOne) {
+  // SGD: the ranks' sums round differently (see TwoRanksResumeOntoThreeAtTheSameGlobalBatch).
+  const std::string args = kTrain + "--steps 12 --optimizer sgd --lr 0.1 ";
+  std::string out;
+  ASSERT_EQ(run(2, args + "--micro-batch 3 --save-final full.st", &out), 0) << out;
+  ASSERT_EQ(run(2, args + "--micro-batch 3 --zero 1 --checkpoint-dir ck --checkpoint-every 6", &out), 0) << out;
+  // Back to step 6, twice (each resume continues from there).
+  fs::remove_all(path("ck/step_12"));
+  std::ofstream(path("ck/latest")) << "step_6\n";
+  fs::copy(path("ck"), path("ck1"), fs::copy_options::recursive);
+  // 3 ranks x 2 with --zero 2: the 2 shards are assembled and cut in 3.
+  ASSERT_EQ(run(3, args + "--micro-batch 2 --zero 2 --checkpoint-dir ck --resume --save-final three.st", &out), 0)
+      << out;
+  EXPECT_EQ(resumed_step(out), 6) << out;
+  EXPECT_NE(out.find("saved by 2 ranks, now 3, optimizer state from 2 shard(s), re-cut"), std::string::npos) << out;
+  double d = max_rel_diff(path("three.st"), path("full.st"));
+  EXPECT_LT(d, 1e-6) << "3 ranks (--zero 2) resumed from 2 shards: relative difference " << d;
+  EXPECT_TRUE(fs::exists(path("ck/step_12/optim.rank2-of-3.safetensors")));
+  // One process without ZeRO: the whole state.
+  ASSERT_EQ(run(0, args + "--micro-batch 6 --checkpoint-dir ck1 --resume --save-final one.st", &out), 0) << out;
+  EXPECT_NE(out.find("resuming from ck1/step_6"), std::string::npos) << out;
+  d = max_rel_diff(path("one.st"), path("full.st"));
+  EXPECT_LT(d, 1e-6) << "one process resumed from 2 shards: relative difference " << d;
+}
+
+TEST_F(Resume, ZeroDamagedOrMissingShardIsNamedAndNothingIsTrained) {
+  const std::string args = kTrain + "--steps 4 --micro-batch 2 --zero 1 --checkpoint-dir ck --checkpoint-every 2 ";
+  std::string out;
+  ASSERT_EQ(run(2, args, &out), 0) << out;
+  const std::string shard = path("ck/step_4/optim.rank1-of-2.safetensors");
+  std::string bytes = read_text(shard);
+  bytes[bytes.size() - 3] ^= 0x10;
+  std::ofstream(shard, std::ios::binary) << bytes;
+  // One process at the same global batch (2 x 2): the run stops before training, naming the shard.
+  ASSERT_EQ(run(0, kTrain + "--steps 4 --micro-batch 4 --zero 1 --checkpoint-dir ck --resume --save-final x.st", &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("checkpoint ck/step_4 is damaged: optim.rank1-of-2.safetensors fails its checksum"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one line: " << out;
+  EXPECT_EQ(out.find("paratrain train:"), std::string::npos) << "training started: " << out;
+  EXPECT_FALSE(fs::exists(path("x.st")));
+  // The same on 2 ranks (each rank verifies every shard).
+  ASSERT_EQ(run(2, args + "--resume", &out), 2) << out;
+  EXPECT_NE(out.find("optim.rank1-of-2.safetensors fails its checksum"), std::string::npos) << out;
+  // A missing shard: incomplete.
+  fs::remove(shard);
+  ASSERT_EQ(run(0, kTrain + "--steps 4 --micro-batch 4 --checkpoint-dir ck --resume", &out), 2) << out;
+  EXPECT_NE(out.find("checkpoint ck/step_4 is incomplete: optim.rank1-of-2.safetensors is missing"), std::string::npos)
+      << out;
 }
 
 }  // namespace

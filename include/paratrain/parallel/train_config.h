@@ -38,6 +38,7 @@ struct TrainConfig {
   std::string backend = "auto";  // auto | shm | tcp | mpi
   int64_t dp = 0;                // data-parallel ranks; 0 = the world size (must equal it)
   double bucket_mb = 25;         // DDP gradient bucket size, MiB
+  int zero = 0;                  // ZeRO stage: 0 off, 1 shard optimizer state, 2 also gradients
   std::string compress = "none";     // none | fp16 | bf16 | powersgd: DDP gradient compression
   int64_t powersgd_rank = 4;         // PowerSGD: rank of the factors
   int64_t powersgd_start_iter = 10;  // PowerSGD: plain f32 all-reduce for the first steps
