@@ -59,10 +59,13 @@ int run_train(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "fp16", "bf16", "powersgd"}));
   app.add_option("--powersgd-rank", c.powersgd_rank, "PowerSGD: rank r; an n x m gradient is sent as r(n+m) values");
   app.add_option("--powersgd-start-iter", c.powersgd_start_iter, "PowerSGD: uncompressed f32 all-reduce for the first N steps");
+  app.add_option("--balance", c.balance,
+                 "none | auto: give faster ranks larger micro-batches (the loss is weighted so the gradient "
+                 "stays the global-batch mean)");
   app.add_option("--init-from", c.init_from, "initial weights, safetensors (HF GPT-2 names for GPT)");
   app.add_option("--save-final", c.save_final, "write the final weights here, safetensors");
   app.add_option("--eval-every", c.eval_every, "evaluate every N steps (0 = only after the last step)");
-  app.add_option("--eval-batches", c.eval_batches, "validation batches per evaluation (GPT)");
+  app.add_option("--eval-batches", c.eval_batches, "validation batches per evaluation (GPT; a batch is micro-batch x ranks windows, shared by the ranks)");
   app.add_option("--metrics", c.metrics, "write one JSON line per step to this file");
   app.add_flag("--quiet", c.quiet, "no progress line");
   app.add_option("--checkpoint-dir", c.checkpoint_dir, "save the training state under this directory (docs/checkpoints.md)");

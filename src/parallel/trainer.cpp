@@ -18,6 +18,7 @@
 #include "paratrain/checkpoint/training_state.h"
 #include "paratrain/comm/process_group.h"
 #include "paratrain/data/fashion_mnist.h"
+#include "paratrain/data/prefetcher.h"
 #include "paratrain/data/token_loader.h"
 #include "paratrain/kernels/cpu.h"
 #include "paratrain/monitor/metrics.h"
@@ -28,6 +29,7 @@
 #include "paratrain/parallel/ddp.h"
 #include "paratrain/parallel/zero.h"
 #include "paratrain/parallel/grad_compression.h"
+#include "paratrain/parallel/load_balancer.h"
 
 namespace paratrain::parallel {
 
@@ -44,14 +46,16 @@ class Task {
   virtual ~Task() = default;
   virtual nn::Module& module() = 0;
   virtual int64_t steps_per_epoch() const = 0;
-  // The loss of micro-step k of optimizer step `step` on this data-parallel rank.
-  virtual Tensor micro_loss(int64_t step, int64_t k) = 0;
+  // Fills a training batch (called on the prefetcher's worker thread only).
+  virtual void fill(const data::BatchRequest& r, Tensor& inputs, Tensor& targets) = 0;
+  // The mean loss over a batch.
+  virtual Tensor loss(const Tensor& inputs, const Tensor& targets) = 0;
   virtual int64_t items_per_micro_batch() const = 0;  // tokens (GPT) or samples
   virtual bool counts_tokens() const = 0;
   virtual double flops_per_item() const = 0;
   virtual bool has_eval() const = 0;
-  // Fills "val_loss" or "accuracy" in `out`.
-  virtual void evaluate(int64_t max_batches, nlohmann::json& out) = 0;
+  // Fills "val_loss" or "accuracy" in `out` (on rank 0; every rank calls it, `pg` may be null).
+  virtual void evaluate(int64_t max_batches, comm::ProcessGroup* pg, nlohmann::json& out) = 0;
   virtual nn::Module& init_target() { return module(); }
   virtual checkpoint::Metadata metadata() const = 0;
   // The generator random layers draw from, or null when the model has none.
@@ -61,7 +65,7 @@ class Task {
 class GptTask final : public Task {
  public:
   Generator* generator() override { return &model_->generator(); }
-  GptTask(const TrainConfig& c, int64_t micro_batch, int dp, int dp_rank) : dp_rank_(dp_rank) {
+  GptTask(const TrainConfig& c, int64_t micro_batch, int dp) {
     nn::GPTConfig g = nn::GPTConfig::preset(c.model);
     if (c.n_layer) g.n_layer = c.n_layer;
     if (c.n_head) g.n_head = c.n_head;
@@ -77,9 +81,9 @@ class GptTask final : public Task {
     if (!c.val_data.empty()) {
       val_ = std::make_unique<data::TokenEvalLoader>(c.val_data, g.block_size, micro_batch);
       check_vocab(val_->file(), c.val_data, g.vocab_size);
-      if (val_->num_batches() == 0)
-        PT_THROW(InputError, "--val-data ", c.val_data, " is too short for one batch of ", micro_batch, " x ",
-                 g.block_size + 1, " tokens");
+      if (val_->num_batches() < dp)
+        PT_THROW(InputError, "--val-data ", c.val_data, " is too short for one evaluation batch of ", micro_batch,
+                 " x ", dp, " windows of ", g.block_size + 1, " tokens");
     }
     model_ = std::make_unique<nn::GPT>(g, c.seed);
     cfg_ = g;
@@ -87,26 +91,38 @@ class GptTask final : public Task {
   }
   nn::Module& module() override { return *model_; }
   int64_t steps_per_epoch() const override { return train_->steps_per_epoch(); }
-  Tensor micro_loss(int64_t step, int64_t k) override {
-    train_->fill(step, k, dp_rank_, x_, y_);
-    return model_->loss(x_, y_);
+  void fill(const data::BatchRequest& r, Tensor& x, Tensor& y) override {
+    train_->fill_range(r.step, r.micro_step, r.first, r.count, x, y);
   }
+  Tensor loss(const Tensor& x, const Tensor& y) override { return model_->loss(x, y); }
   int64_t items_per_micro_batch() const override { return micro_batch_ * cfg_.block_size; }
   bool counts_tokens() const override { return true; }
   double flops_per_item() const override { return cfg_.flops_per_token(); }
   bool has_eval() const override { return val_ != nullptr; }
-  void evaluate(int64_t max_batches, nlohmann::json& out) override {
+  // Evaluation batch g holds the B x dp windows [g*B*dp, (g+1)*B*dp) of the validation
+  // file; rank r computes its part (windows of local batch g*dp + r). The loss is the mean
+  // over all of them, so it does not depend on how the same B x dp is laid out over ranks.
+  void evaluate(int64_t max_batches, comm::ProcessGroup* pg, nlohmann::json& out) override {
     autograd::NoGradGuard ng;
     model_->eval();
-    const int64_t n = std::min<int64_t>(val_->num_batches(), max_batches > 0 ? max_batches : val_->num_batches());
+    const int dp = pg ? pg->size() : 1, r = pg ? pg->rank() : 0;
+    const int64_t total = val_->num_batches() / dp;
+    const int64_t n = std::min<int64_t>(total, max_batches > 0 ? max_batches : total);
     double sum = 0;
     Tensor x, y;
-    for (int64_t b = 0; b < n; ++b) {
-      val_->fill(b, x, y);
+    for (int64_t g = 0; g < n; ++g) {
+      val_->fill(g * dp + r, x, y);
       sum += model_->loss(x, y).item();
     }
     model_->train();
-    out["val_loss"] = sum / static_cast<double>(n);
+    if (pg) {
+      const float mine = static_cast<float>(sum);
+      std::vector<float> all(static_cast<size_t>(dp));
+      pg->allgather(&mine, all.data(), 1, DType::F32)->wait();
+      sum = 0;
+      for (float v : all) sum += v;
+    }
+    out["val_loss"] = sum / static_cast<double>(n * dp);
   }
   checkpoint::Metadata metadata() const override {
     return {{"format", "paratrain-gpt"},
@@ -124,17 +140,14 @@ class GptTask final : public Task {
   }
   nn::GPTConfig cfg_;
   int64_t micro_batch_ = 0;
-  int dp_rank_ = 0;
   std::unique_ptr<data::TokenLoader> train_;
   std::unique_ptr<data::TokenEvalLoader> val_;
   std::unique_ptr<nn::GPT> model_;
-  Tensor x_, y_;
 };
 
 class ImageTask final : public Task {
  public:
-  ImageTask(const TrainConfig& c, int64_t micro_batch, int dp, int dp_rank)
-      : micro_batch_(micro_batch), dp_rank_(dp_rank) {
+  ImageTask(const TrainConfig& c, int64_t micro_batch, int dp) : micro_batch_(micro_batch) {
     if (c.dataset != "fashion-mnist")
       PT_THROW(InputError, "--model ", c.model, " needs --dataset fashion-mnist",
                c.dataset.empty() ? "" : (" (got '" + c.dataset + "')"));
@@ -151,10 +164,10 @@ class ImageTask final : public Task {
   }
   nn::Module& module() override { return *model_; }
   int64_t steps_per_epoch() const override { return train_->steps_per_epoch(); }
-  Tensor micro_loss(int64_t step, int64_t k) override {
-    train_->fill(step, k, dp_rank_, x_, y_);
-    return model_->loss(x_, y_);
+  void fill(const data::BatchRequest& r, Tensor& x, Tensor& y) override {
+    train_->fill_range(r.step, r.micro_step, r.first, r.count, x, y);
   }
+  Tensor loss(const Tensor& x, const Tensor& y) override { return model_->loss(x, y); }
   int64_t items_per_micro_batch() const override { return micro_batch_; }
   bool counts_tokens() const override { return false; }
   double flops_per_item() const override {
@@ -164,7 +177,8 @@ class ImageTask final : public Task {
     return 6.0 * macs;
   }
   bool has_eval() const override { return true; }
-  void evaluate(int64_t, nlohmann::json& out) override {
+  void evaluate(int64_t, comm::ProcessGroup* pg, nlohmann::json& out) override {
+    if (pg && pg->rank() != 0) return;  // rank 0 evaluates the whole test set alone
     autograd::NoGradGuard ng;
     model_->eval();
     int64_t correct = 0, total = 0;
@@ -186,12 +200,10 @@ class ImageTask final : public Task {
 
  private:
   int64_t micro_batch_;
-  int dp_rank_ = 0;
   bool cnn_ = false;
   std::unique_ptr<data::ImageLoader> train_;
   std::unique_ptr<data::ImageEvalLoader> test_;
   std::unique_ptr<nn::Classifier> model_;
-  Tensor x_, y_;
 };
 
 int default_threads(const comm::JobEnv& job) {
@@ -200,6 +212,28 @@ int default_threads(const comm::JobEnv& job) {
   int64_t local = env::raw_int("LOCAL_WORLD_SIZE").value_or(env::raw_int("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(1));
   local = std::max<int64_t>(local, job.local_world_size);
   return std::max(1, cores / static_cast<int>(std::max<int64_t>(local, 1)));
+}
+
+// PARATRAIN_SIMULATE_SLOWDOWN=R:F -> F on rank R (1 elsewhere): the rank idles (F-1) x its
+// compute time after each micro-step, like a device F times slower.
+double simulated_slowdown(int rank) {
+  const std::string v = env::get_string("PARATRAIN_SIMULATE_SLOWDOWN");
+  if (v.empty()) return 1.0;
+  const auto colon = v.find(':');
+  int r = -1;
+  double f = 0;
+  try {
+    if (colon == std::string::npos) throw std::invalid_argument("no colon");
+    size_t used = 0;
+    r = std::stoi(v.substr(0, colon), &used);
+    if (used != colon) throw std::invalid_argument("rank");
+    f = std::stod(v.substr(colon + 1), &used);
+    if (used != v.size() - colon - 1) throw std::invalid_argument("factor");
+  } catch (const std::exception&) {
+    PT_THROW(InputError, "PARATRAIN_SIMULATE_SLOWDOWN='", v, "' is not RANK:FACTOR (e.g. 1:2.5)");
+  }
+  if (!(f >= 1.0)) PT_THROW(InputError, "PARATRAIN_SIMULATE_SLOWDOWN factor must be at least 1, got ", f);
+  return r == rank ? f : 1.0;
 }
 
 // A stream that drops everything (ranks other than 0 print nothing).
@@ -229,6 +263,11 @@ void validate(const TrainConfig& c) {
     PT_THROW(InputError, "--zero must be 0, 1 or 2 (0 = off, 1 = shard the optimizer state, 2 = also the gradients), got ",
              c.zero);
   compress_options(c.compress, c.powersgd_rank, c.powersgd_start_iter, c.seed, c.deterministic);  // InputError if bad
+  if (c.balance != "none" && c.balance != "auto")
+    PT_THROW(InputError, "unknown --balance '", c.balance, "' (expected none or auto)");
+  if (c.balance == "auto" && c.deterministic)
+    PT_THROW(InputError, "--balance auto cannot be combined with --deterministic (a bit-identical run needs the "
+             "fixed even split of every micro-batch)");
   if (c.checkpoint_every < 0) PT_THROW(InputError, "--checkpoint-every must not be negative (0 = only after the last step)");
   if (c.checkpoint_dir.empty() && c.checkpoint_every > 0)
     PT_THROW(InputError, "--checkpoint-every needs --checkpoint-dir DIR");
@@ -294,9 +333,9 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   // ---- everything that can be wrong with the input is checked before any file is written ----
   std::unique_ptr<Task> task;
   if (gpt)
-    task = std::make_unique<GptTask>(cfg, micro_batch, world, rank);
+    task = std::make_unique<GptTask>(cfg, micro_batch, world);
   else
-    task = std::make_unique<ImageTask>(cfg, micro_batch, world, rank);
+    task = std::make_unique<ImageTask>(cfg, micro_batch, world);
   nn::Module& model = task->module();
   const int64_t steps = cfg.steps > 0 ? cfg.steps
                                       : std::max<int64_t>(1, static_cast<int64_t>(std::llround(
@@ -464,15 +503,37 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   double timed_seconds = 0;
   int64_t timed_items = 0;
   const float inv_accum = 1.0f / static_cast<float>(cfg.grad_accum);
-  Tensor accum_seed = Tensor::full({}, ddp ? ddp->backward_seed(cfg.grad_accum) : inv_accum);
-  std::vector<float> gathered_f(2 * static_cast<size_t>(world));
+  const float base_seed = ddp ? ddp->backward_seed(cfg.grad_accum) : inv_accum;
+  Tensor accum_seed = Tensor::full({}, base_seed);
+  constexpr int kGathered = 4;  // per rank: weighted loss, step ms, compute ms, data-wait ms
+  std::vector<float> gathered_f(kGathered * static_cast<size_t>(world));
+
+  // Micro-batch sizes per rank (even unless --balance auto moves items to faster ranks), and
+  // the background loader that prepares the next step's batches during this one.
+  LoadBalancer balancer(world, micro_batch, cfg.balance == "auto");
+  if (cfg.balance == "auto" && world == 1) log << "--balance auto: one rank, nothing to balance\n";
+  const double slowdown = simulated_slowdown(rank);
+  double last_micro_s = 0;  // compute time of the last micro-step (for the simulated slowdown)
+  if (slowdown > 1.0)
+    std::cerr << "rank " << rank << ": PARATRAIN_SIMULATE_SLOWDOWN makes this rank " << slowdown << "x slower\n";
+  data::BatchPrefetcher prefetcher(
+      [&task](const data::BatchRequest& r, Tensor& x, Tensor& y) { task->fill(r, x, y); });
+  auto request = [&](int64_t s, int64_t k) {
+    return data::BatchRequest{s, k, balancer.first(rank, s), balancer.count(rank, s)};
+  };
+  auto announce = [&](int64_t s) {
+    if (s < steps)
+      for (int64_t k = 0; k < cfg.grad_accum; ++k) prefetcher.enqueue(request(s, k));
+  };
+  announce(start_step);
   std::vector<int64_t> gathered_peak(static_cast<size_t>(world));
 
   monitor::ProgressLine progress(log, steps, &log == &std::cerr && monitor::stderr_is_terminal());
   auto run_eval = [&](int64_t step) {
-    if (!task->has_eval() || rank != 0) return;
+    if (!task->has_eval()) return;
     nlohmann::json e = {{"step", step}, {"eval", true}};
-    task->evaluate(cfg.eval_batches, e);
+    task->evaluate(cfg.eval_batches, pg.get(), e);  // collective (GPT): every rank takes part
+    if (rank != 0) return;
     if (e.contains("val_loss")) result.val_loss = e["val_loss"];
     if (e.contains("accuracy")) result.accuracy = e["accuracy"];
     metrics.write(e);
@@ -492,13 +553,28 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     else
       model.zero_grad();
     double loss_sum = 0;
+    const double weight = balancer.weight(rank, step);  // 1 unless --balance gave this rank more or less
+    accum_seed.data<float>()[0] = static_cast<float>(base_seed * weight);
     for (int64_t k = 0; k < cfg.grad_accum; ++k) {
       std::optional<NoSync> no_sync;
       if (ddp && k + 1 < cfg.grad_accum) no_sync.emplace(ddp->no_sync());
-      Tensor loss = task->micro_loss(step, k);
+      if (k == 0) announce(step + 1);
+      const auto t_micro = Clock::now();
+      const data::Batch& batch = prefetcher.next(request(step, k));
+      Tensor loss = task->loss(batch.inputs, batch.targets);
       loss_sum += loss.item();
+      const double forward_s = seconds_since(t_micro);
+      // A simulated slow device is slow before its gradients exist: idle (F-1) x the last
+      // micro-step's compute time (3 x this forward's at the very first) before backward.
+      if (slowdown > 1.0)
+        std::this_thread::sleep_for(
+            std::chrono::duration<double>((slowdown - 1.0) * (last_micro_s > 0 ? last_micro_s : 3.0 * forward_s)));
+      const auto t_backward = Clock::now();
       autograd::backward(loss, accum_seed);
+      last_micro_s = forward_s + seconds_since(t_backward);
     }
+    const double compute_s = seconds_since(t0);  // everything but waiting for the last buckets
+    const double data_wait_s = prefetcher.take_wait_seconds();
     if (ddp) ddp->finish();  // .grad = mean over every micro-batch of every rank
     double norm = 0;
     if (zero) {
@@ -531,21 +607,36 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     double loss = loss_sum / static_cast<double>(cfg.grad_accum);
     std::vector<double> step_ms_per_rank = {step_s * 1e3};
     std::vector<int64_t> peak_per_rank = {alloc.stats().peak_bytes_in_use};
+    std::vector<int64_t> micro_batch_per_rank = balancer.sizes_at(step);
     if (pg) {
-      // The reported loss is the mean over ranks; step times and peaks are gathered per rank.
-      const float mine[2] = {static_cast<float>(loss), static_cast<float>(step_s * 1e3)};
-      auto w1 = pg->allgather(mine, gathered_f.data(), 2, DType::F32);
+      // The reported loss is the mean over the global batch (each rank's mean weighted by its
+      // share); step times, compute times and peaks are gathered per rank.
+      const float mine[kGathered] = {static_cast<float>(loss * weight), static_cast<float>(step_s * 1e3),
+                                     static_cast<float>(compute_s * 1e3), static_cast<float>(data_wait_s * 1e3)};
+      auto w1 = pg->allgather(mine, gathered_f.data(), kGathered, DType::F32);
       auto w2 = pg->allgather(&peak_per_rank[0], gathered_peak.data(), 1, DType::I64);
       w1->wait();
       w2->wait();
       double sum = 0;
       step_ms_per_rank.clear();
+      std::vector<double> compute_per_rank;
       for (int r = 0; r < world; ++r) {
-        sum += gathered_f[2 * r];
-        step_ms_per_rank.push_back(gathered_f[2 * r + 1]);
+        sum += gathered_f[kGathered * r];
+        step_ms_per_rank.push_back(gathered_f[kGathered * r + 1]);
+        compute_per_rank.push_back(gathered_f[kGathered * r + 2] * 1e-3);
       }
       loss = sum / world;
       peak_per_rank = gathered_peak;
+      // The first two steps pay for first-touch of memory on every rank: not measured.
+      if (step > start_step + 1 && balancer.observe(step, compute_per_rank)) {
+        const auto& next = balancer.sizes_at(step + 2);
+        progress.finish();
+        log << "balance: from step " << step + 3 << " micro-batches per rank [";
+        for (int r = 0; r < world; ++r) log << (r ? ", " : "") << next[r];
+        log << "] (measured compute ms per rank last step [";
+        for (int r = 0; r < world; ++r) log << (r ? ", " : "") << std::lround(compute_per_rank[r] * 1e3);
+        log << "])\n";
+      }
     }
     if (!std::isfinite(loss)) PT_THROW(Error, "training diverged: loss is ", loss, " at step ", step);
     if (step > start_step || steps - start_step == 1) {  // the first step pays for first-touch of memory
@@ -571,12 +662,14 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
                                                  : 0.0},
                           {"loss_scale", 1.0},
                           {"mem_peak_bytes", peak_per_rank},
-                          {"step_ms_per_rank", step_ms_per_rank}};
+                          {"step_ms_per_rank", step_ms_per_rank},
+                          {"data_wait_ms", data_wait_s * 1e3}};
       if (pg) m["world_size"] = world;
       m["mem_optimizer_bytes"] = mem_optimizer_per_rank;
       m["mem_grad_bytes"] = mem_grad_per_rank;
       if (zero) m["zero"] = cfg.zero;
       if (pg) m["comm_bytes"] = ddp->last_stats().bytes, m["comm_bytes_uncompressed"] = ddp->last_stats().bytes_uncompressed;
+      if (balancer.enabled()) m["micro_batch_per_rank"] = micro_batch_per_rank;
       m[task->counts_tokens() ? "tokens_per_s" : "samples_per_s"] = static_cast<double>(items_per_step) / step_s;
       metrics.write(m);
     }

@@ -42,6 +42,7 @@ struct TrainConfig {
   std::string compress = "none";     // none | fp16 | bf16 | powersgd: DDP gradient compression
   int64_t powersgd_rank = 4;         // PowerSGD: rank of the factors
   int64_t powersgd_start_iter = 10;  // PowerSGD: plain f32 all-reduce for the first steps
+  std::string balance = "none";  // none | auto: micro-batch sizes follow the ranks' measured speed
   std::string init_from, save_final;
   int64_t eval_every = 0;  // 0 = only after the last step
   int64_t eval_batches = 20;
