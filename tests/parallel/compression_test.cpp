@@ -389,11 +389,14 @@ TEST(PowerSgd, ThroughDdpRanksAgreeAndBytesAreCounted) {
   EXPECT_LT(rel("powersgd"), 1e-6);
 }
 
-TEST(PowerSgd, DdpRejectsCompressionInDeterministicMode) {
+TEST(PowerSgd, DdpRejectsCompressionWithDeterministicOrZero) {
   nn::GPT model(nn::GPTConfig{1, 1, 8, 8, 16, 0.0f}, 1);
   DdpOptions o;
   o.deterministic = true;
   o.compress.kind = CompressKind::PowerSGD;
+  EXPECT_THROW(DistributedDataParallel(model, nullptr, o), InputError);
+  o.deterministic = false;
+  o.zero_stage = 1;  // ZeRO reduce-scatters f32 shards: the two do not combine
   EXPECT_THROW(DistributedDataParallel(model, nullptr, o), InputError);
 }
 
@@ -476,7 +479,7 @@ TEST_F(CompressTrain, Fp16Bf16AndPowerSgdConvergeLikeUncompressed) {
   for (std::string kind : {"fp16", "bf16", "powersgd"}) {
     const Run& r = runs[kind];
     // fp16/bf16 only round the gradient (measured: the same loss to 4 digits). PowerSGD rank 4
-    // changes the updates (measured +1.3%); rank 1 misses the bound (+8% on data of this kind).
+    // changes the updates (measured +1.2%); rank 1 misses the bound (+8% on data of this kind).
     const double tol = kind == "powersgd" ? 0.05 : 0.01;
     EXPECT_LT(r.val_loss, base * (1 + tol)) << kind << " val loss " << r.val_loss << " vs uncompressed " << base;
     std::cerr << "[compress] " << kind << ": val_loss " << r.val_loss << " (uncompressed " << base << ")\n";
@@ -504,7 +507,7 @@ TEST_F(CompressTrain, Fp16Bf16AndPowerSgdConvergeLikeUncompressed) {
 
 TEST_F(CompressTrain, BadValuesAreUsageErrors) {
   for (const std::string& bad : {"--compress zip", "--powersgd-rank 0", "--powersgd-start-iter -1",
-                                 "--compress fp16 --deterministic"}) {
+                                 "--compress fp16 --deterministic", "--compress powersgd --zero 1"}) {
     std::vector<std::string> argv = {PARATRAIN_BIN, "train", "--model", "gpt-nano", "--data", dir_ + "/train.bin",
                                      "--steps", "1"};
     std::istringstream is(bad);

@@ -306,6 +306,9 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared
   if (options.deterministic && options.compress.kind != CompressKind::None)
     PT_THROW(InputError, "--compress ", compress_name(options.compress.kind),
              " cannot be combined with --deterministic (compressed gradients are not bit-identical to one process)");
+  if (options.zero_stage > 0 && options.compress.kind != CompressKind::None)
+    PT_THROW(InputError, "--compress ", compress_name(options.compress.kind),
+             " cannot be combined with --zero (ZeRO reduce-scatters f32 shards; compression replaces all-reduce)");
   if (options.compress.kind != CompressKind::None && im.communicates())
     im.compressor = std::make_unique<GradCompressor>(options.compress, im.pg, options.timeout_s);
   for (auto& [name, t] : module.named_parameters()) {
@@ -515,7 +518,7 @@ void DistributedDataParallel::finish() {
   im.stats.comm_ms = im.communicates() && im.any_launched ? ms_between(im.first_launch, t1) : 0.0;
   im.stats.buckets = static_cast<int64_t>(im.buckets.size());
   im.stats.bytes = im.communicates() ? bytes : 0;
-  im.stats.bytes_uncompressed = im.communicates() ? bytes_f32 : 0;
+  im.stats.bytes_uncompressed = im.communicates() ? (sharded ? bytes : bytes_f32) : 0;
   im.reset_step_state();
   if (im.recording) {
     im.recording = false;
