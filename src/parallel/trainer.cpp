@@ -608,6 +608,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     std::vector<double> step_ms_per_rank = {step_s * 1e3};
     std::vector<int64_t> peak_per_rank = {alloc.stats().peak_bytes_in_use};
     std::vector<int64_t> micro_batch_per_rank = balancer.sizes_at(step);
+    std::vector<double> compute_ms_per_rank = {compute_s * 1e3};
     if (pg) {
       // The reported loss is the mean over the global batch (each rank's mean weighted by its
       // share); step times, compute times and peaks are gathered per rank.
@@ -620,10 +621,12 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       double sum = 0;
       step_ms_per_rank.clear();
       std::vector<double> compute_per_rank;
+      compute_ms_per_rank.clear();
       for (int r = 0; r < world; ++r) {
         sum += gathered_f[kGathered * r];
         step_ms_per_rank.push_back(gathered_f[kGathered * r + 1]);
         compute_per_rank.push_back(gathered_f[kGathered * r + 2] * 1e-3);
+        compute_ms_per_rank.push_back(gathered_f[kGathered * r + 2]);
       }
       loss = sum / world;
       peak_per_rank = gathered_peak;
@@ -663,6 +666,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
                           {"loss_scale", 1.0},
                           {"mem_peak_bytes", peak_per_rank},
                           {"step_ms_per_rank", step_ms_per_rank},
+                          {"compute_ms_per_rank", compute_ms_per_rank},
                           {"data_wait_ms", data_wait_s * 1e3}};
       if (pg) m["world_size"] = world;
       m["mem_optimizer_bytes"] = mem_optimizer_per_rank;

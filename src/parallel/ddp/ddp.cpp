@@ -181,8 +181,11 @@ struct DistributedDataParallel::Impl {
       for (int i : b.params) slots.push_back({i, params[i].view});
       return compressor->launch(b.flat, slots);
     }
+    // Default mode: the average is taken inside the all-reduce (the division happens where
+    // the sums are formed, on the group's thread, overlapped), so finish() has no pass left.
     Tensor& buf = opts.deterministic ? b.accum : b.flat;
-    b.work = pg->allreduce(buf.data_ptr(), static_cast<size_t>(buf.numel()), DType::F32, comm::ReduceOp::kSum);
+    b.work = pg->allreduce(buf.data_ptr(), static_cast<size_t>(buf.numel()), DType::F32,
+                           opts.deterministic ? comm::ReduceOp::kSum : comm::ReduceOp::kAvg);
   }
 
   void launch_ready() {
@@ -503,7 +506,7 @@ void DistributedDataParallel::finish() {
       if (im.compressor) break;
       wait_work(b.work, im.opts.timeout_s);
       Tensor& buf = im.opts.deterministic ? b.accum : b.flat;
-      if (im.opts.deterministic || im.world > 1) scale(buf.data<float>(), buf.numel(), factor);
+      if (im.opts.deterministic) scale(buf.data<float>(), buf.numel(), factor);  // else averaged in the all-reduce
       if (im.opts.deterministic) std::memcpy(b.flat.data_ptr(), b.accum.data_ptr(), b.flat.nbytes());
       bytes += static_cast<int64_t>(buf.nbytes());
       bytes_f32 += static_cast<int64_t>(buf.nbytes());
