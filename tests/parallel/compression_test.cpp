@@ -22,6 +22,7 @@
 #include "paratrain/base/error.h"
 #include "paratrain/comm/store.h"
 #include "paratrain/nn/gpt.h"
+#include "parallel/ddp_test_util.h"
 #include "paratrain/parallel/ddp.h"
 #include "paratrain/parallel/grad_compression.h"
 #include "paratrain/tensor/random.h"
@@ -32,28 +33,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Runs fn(pg) on n threads, each rank its own shm group; returns each rank's error ("" = none).
+// Ranks as threads with plain (not deterministic) groups.
 template <typename Fn>
 std::vector<std::string> run_ranks(int n, Fn fn) {
-  auto store = std::make_shared<comm::HashStore>();
-  store->set_timeout(std::chrono::milliseconds(30000));
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(n);
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        comm::ProcessGroupOptions o;
-        o.backend = "shm";
-        o.timeout_s = 30;
-        auto pg = comm::create_process_group(store, r, n, o);
-        fn(pg);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
+  return paratrain::testing::run_ranks(n, false, fn);
 }
+
 
 void expect_no_errors(const std::vector<std::string>& errors) {
   for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;

@@ -17,6 +17,7 @@
 #include "paratrain/nn/gpt.h"
 #include "paratrain/optim/optimizer.h"
 #include "paratrain/parallel/ddp.h"
+#include "parallel/ddp_test_util.h"
 #include "paratrain/tensor/random.h"
 
 using namespace paratrain;
@@ -24,48 +25,14 @@ using namespace paratrain::parallel;
 
 namespace {
 
+using paratrain::testing::make_rows;
+using paratrain::testing::run_ranks;
+using paratrain::testing::tiny_gpt;
+
 using Weights = std::map<std::string, std::vector<float>>;
 
-// Runs fn(pg) on n threads, each rank its own group; returns each rank's error ("" = none).
-template <typename Fn>
-std::vector<std::string> run_ranks(int n, bool deterministic, Fn fn) {
-  auto store = std::make_shared<comm::HashStore>();
-  store->set_timeout(std::chrono::milliseconds(30000));
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(n);
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        comm::ProcessGroupOptions o;
-        o.backend = "shm";
-        o.timeout_s = 30;
-        o.deterministic = deterministic;
-        auto pg = comm::create_process_group(store, r, n, o);
-        fn(pg);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
-}
 
-nn::GPTConfig tiny_gpt() { return nn::GPTConfig{2, 2, 32, 16, 64, 0.0f}; }
 
-// Rows [first_row, first_row + rows) of step `step`'s global batch: random tokens, fixed by
-// (step, row) only, so any split of the global batch into slices sees the same rows.
-void make_rows(int64_t step, int64_t first_row, int64_t rows, int64_t T, int64_t V, Tensor& x, Tensor& y) {
-  std::vector<int32_t> xs, ys;
-  for (int64_t r = first_row; r < first_row + rows; ++r) {
-    Generator g(static_cast<uint64_t>(step * 100003 + r + 17));
-    std::vector<int32_t> w(T + 1);
-    for (auto& t : w) t = static_cast<int32_t>(g.below(static_cast<uint64_t>(V)));
-    xs.insert(xs.end(), w.begin(), w.end() - 1);
-    ys.insert(ys.end(), w.begin() + 1, w.end());
-  }
-  x = Tensor::from_vector_i32(xs, {rows, T});
-  y = Tensor::from_vector_i32(ys, {rows, T});
-}
 
 struct Spec {
   int64_t micro = 2;   // rows per micro-batch
