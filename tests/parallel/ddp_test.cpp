@@ -18,6 +18,7 @@
 #include "paratrain/optim/optimizer.h"
 #include "paratrain/parallel/ddp.h"
 #include "parallel/ddp_test_util.h"
+#include "support/weights_compare.h"
 #include "paratrain/tensor/random.h"
 
 using namespace paratrain;
@@ -29,7 +30,9 @@ using paratrain::testing::make_rows;
 using paratrain::testing::run_ranks;
 using paratrain::testing::tiny_gpt;
 
-using Weights = std::map<std::string, std::vector<float>>;
+using paratrain::test::bit_identical;
+using paratrain::test::max_rel_diff;
+using paratrain::test::Weights;
 
 
 
@@ -91,33 +94,7 @@ Weights train_tiny(const std::shared_ptr<comm::ProcessGroup>& pg, const Spec& s,
   return w;
 }
 
-// The largest per-tensor relative difference ||a - b|| / ||b||.
-double max_rel_diff(const Weights& a, const Weights& b, std::string* worst_name = nullptr) {
-  double worst = 0;
-  for (const auto& [name, vb] : b) {
-    const auto& va = a.at(name);
-    double d = 0, n = 0;
-    for (size_t i = 0; i < vb.size(); ++i) {
-      d += (double(va[i]) - vb[i]) * (double(va[i]) - vb[i]);
-      n += double(vb[i]) * vb[i];
-    }
-    const double rel = std::sqrt(d) / std::max(std::sqrt(n), 1e-30);
-    if (rel > worst && worst_name) *worst_name = name;
-    worst = std::max(worst, rel);
-  }
-  return worst;
-}
 
-bool bit_identical(const Weights& a, const Weights& b, std::string* first = nullptr) {
-  for (const auto& [name, vb] : b) {
-    const auto& va = a.at(name);
-    if (va.size() != vb.size() || std::memcmp(va.data(), vb.data(), vb.size() * sizeof(float)) != 0) {
-      if (first) *first = name;
-      return false;
-    }
-  }
-  return true;
-}
 
 class DdpEquivalence : public ::testing::TestWithParam<int> {};
 

@@ -29,6 +29,7 @@
 #include "paratrain/optim/optimizer.h"
 #include "paratrain/parallel/ddp.h"
 #include "parallel/ddp_test_util.h"
+#include "support/weights_compare.h"
 #include "paratrain/parallel/zero.h"
 #include "paratrain/tensor/random.h"
 #include "support/run_binary.h"
@@ -43,7 +44,10 @@ using paratrain::testing::make_rows;
 using paratrain::testing::run_ranks;
 using paratrain::testing::tiny_gpt;
 
-using Weights = std::map<std::string, std::vector<float>>;
+using paratrain::test::bit_identical;
+using paratrain::test::load_weights;
+using paratrain::test::max_rel_diff;
+using paratrain::test::Weights;
 
 
 
@@ -129,32 +133,7 @@ std::vector<Outcome> train_ranks(int n, const Spec& s) {
   return got;
 }
 
-double max_rel_diff(const Weights& a, const Weights& b, std::string* worst_name = nullptr) {
-  double worst = 0;
-  for (const auto& [name, vb] : b) {
-    const auto& va = a.at(name);
-    double d = 0, n = 0;
-    for (size_t i = 0; i < vb.size(); ++i) {
-      d += (double(va[i]) - vb[i]) * (double(va[i]) - vb[i]);
-      n += double(vb[i]) * vb[i];
-    }
-    const double rel = std::sqrt(d) / std::max(std::sqrt(n), 1e-30);
-    if (rel > worst && worst_name) *worst_name = name;
-    worst = std::max(worst, rel);
-  }
-  return worst;
-}
 
-bool bit_identical(const Weights& a, const Weights& b, std::string* first = nullptr) {
-  for (const auto& [name, vb] : b) {
-    const auto& va = a.at(name);
-    if (va.size() != vb.size() || std::memcmp(va.data(), vb.data(), vb.size() * sizeof(float)) != 0) {
-      if (first) *first = name;
-      return false;
-    }
-  }
-  return true;
-}
 
 // (world, stage)
 class ZeroEquivalence : public ::testing::TestWithParam<std::tuple<int, int>> {};
@@ -269,15 +248,7 @@ class ZeroTrain : public ::testing::Test {
                .string();
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    const int32_t n = 40000;  // a token file with some structure, vocab 256
-    std::vector<int32_t> header(256, 0);
-    header[0] = 20240520, header[1] = 1, header[2] = n;
-    std::mt19937 gen(7);
-    std::vector<uint16_t> toks(n);
-    for (int32_t i = 0; i < n; ++i) toks[i] = static_cast<uint16_t>(i % 7 ? gen() % 256 : (i / 7) % 256);
-    std::ofstream f(path("t.bin"), std::ios::binary);
-    f.write(reinterpret_cast<const char*>(header.data()), 256 * 4);
-    f.write(reinterpret_cast<const char*>(toks.data()), n * 2);
+    paratrain::test::write_structured_token_file(path("t.bin"));
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);
@@ -298,11 +269,6 @@ class ZeroTrain : public ::testing::Test {
   std::string dir_;
 };
 
-Weights load_weights(const std::string& p) {
-  Weights w;
-  for (auto& [name, t] : checkpoint::load_safetensors(p)) w[name] = t.to_vector();
-  return w;
-}
 
 TEST_F(ZeroTrain, ZeroOneAndTwoMatchPlainDataParallel) {
   // SGD on 3 ranks (the reduce-scatter sums in another order than the all-reduce: 1e-6), and

@@ -24,12 +24,15 @@
 #include <thread>
 #include <vector>
 
+#include "support/weights_compare.h"
 #include "paratrain/checkpoint/safetensors.h"
 
 namespace fs = std::filesystem;
 using namespace paratrain;
 
 namespace {
+
+using paratrain::test::max_rel_diff;
 
 const std::string kBin = PARATRAIN_BIN;
 
@@ -96,19 +99,6 @@ std::vector<pid_t> children_of(pid_t pid) {
   return out;
 }
 
-double max_rel_diff(const std::string& a_path, const std::string& b_path) {
-  auto a = checkpoint::load_safetensors(a_path);
-  auto b = checkpoint::load_safetensors(b_path);
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (auto& [name, tb] : b) {
-    auto va = a.at(name).to_vector(), vb = tb.to_vector();
-    double d = 0, n = 0;
-    for (size_t i = 0; i < vb.size(); ++i) d += std::pow(double(va[i]) - vb[i], 2), n += double(vb[i]) * vb[i];
-    worst = std::max(worst, std::sqrt(d) / std::max(std::sqrt(n), 1e-30));
-  }
-  return worst;
-}
 
 class Resume : public ::testing::Test {
  protected:
@@ -118,15 +108,7 @@ class Resume : public ::testing::Test {
                .string();
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    const int32_t n = 40000;  // a token file with some structure, vocab 256
-    std::vector<int32_t> header(256, 0);
-    header[0] = 20240520, header[1] = 1, header[2] = n;
-    std::mt19937 gen(7);
-    std::vector<uint16_t> toks(n);
-    for (int32_t i = 0; i < n; ++i) toks[i] = static_cast<uint16_t>(i % 7 ? gen() % 256 : (i / 7) % 256);
-    std::ofstream f(dir_ + "/t.bin", std::ios::binary);
-    f.write(reinterpret_cast<const char*>(header.data()), 256 * 4);
-    f.write(reinterpret_cast<const char*>(toks.data()), n * 2);
+    paratrain::test::write_structured_token_file(dir_ + "/t.bin");
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);
