@@ -620,24 +620,22 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       w2->wait();
       double sum = 0;
       step_ms_per_rank.clear();
-      std::vector<double> compute_per_rank;
       compute_ms_per_rank.clear();
       for (int r = 0; r < world; ++r) {
         sum += gathered_f[kGathered * r];
         step_ms_per_rank.push_back(gathered_f[kGathered * r + 1]);
-        compute_per_rank.push_back(gathered_f[kGathered * r + 2] * 1e-3);
         compute_ms_per_rank.push_back(gathered_f[kGathered * r + 2]);
       }
       loss = sum / world;
       peak_per_rank = gathered_peak;
       // The first two steps pay for first-touch of memory on every rank: not measured.
-      if (step > start_step + 1 && balancer.observe(step, compute_per_rank)) {
+      if (step > start_step + 1 && balancer.observe(step, compute_ms_per_rank)) {
         const auto& next = balancer.sizes_at(step + 2);
         progress.finish();
         log << "balance: from step " << step + 3 << " micro-batches per rank [";
         for (int r = 0; r < world; ++r) log << (r ? ", " : "") << next[r];
         log << "] (measured compute ms per rank last step [";
-        for (int r = 0; r < world; ++r) log << (r ? ", " : "") << std::lround(compute_per_rank[r] * 1e3);
+        for (int r = 0; r < world; ++r) log << (r ? ", " : "") << std::lround(compute_ms_per_rank[r]);
         log << "])\n";
       }
     }

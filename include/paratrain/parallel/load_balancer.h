@@ -9,7 +9,7 @@
 //
 // The balancer is fed every rank's compute time per step (the same gathered numbers on every
 // rank, so every rank takes the same decisions without extra messages). Every `interval`
-// steps it estimates each rank's speed (items per second over the window) and, if a split
+// steps it estimates each rank's speed (items per millisecond over the window) and, if a split
 // in proportion to the speeds would shorten the slowest rank's time by at least `min_gain`,
 // adopts it from step + 2 on (step + 1's batches are already being prefetched).
 //
@@ -37,9 +37,9 @@ class LoadBalancer {
   // sizes[rank] / micro_batch: the factor on this rank's backward seed and reported loss.
   double weight(int rank, int64_t step) const;
 
-  // After `step`: the seconds each rank computed in it (identical input on every rank).
-  // Returns true when a new split was scheduled (for step + 2 on).
-  bool observe(int64_t step, const std::vector<double>& compute_s);
+  // After `step`: the milliseconds each rank computed in it (identical input on every
+  // rank). Returns true when a new split was scheduled (for step + 2 on).
+  bool observe(int64_t step, const std::vector<double>& compute_ms);
 
   bool enabled() const { return enabled_; }
   int64_t changes() const { return changes_; }
@@ -52,7 +52,7 @@ class LoadBalancer {
   double min_gain_;
   std::vector<int64_t> current_, next_;
   int64_t next_from_ = -1;  // step at which next_ takes over; -1 none
-  std::vector<double> window_s_;
+  std::vector<double> window_ms_;
   std::vector<int64_t> window_items_;
   int64_t window_steps_ = 0;
   int64_t changes_ = 0;

@@ -45,7 +45,7 @@ LoadBalancer::LoadBalancer(int world, int64_t micro_batch, bool enabled, int64_t
       interval_(interval),
       min_gain_(min_gain),
       current_(static_cast<size_t>(world), micro_batch),
-      window_s_(static_cast<size_t>(world), 0.0),
+      window_ms_(static_cast<size_t>(world), 0.0),
       window_items_(static_cast<size_t>(world), 0) {
   PT_CHECK(world >= 1 && micro_batch >= 1 && interval >= 1, "bad load balancer configuration");
 }
@@ -63,9 +63,9 @@ double LoadBalancer::weight(int rank, int64_t step) const {
   return static_cast<double>(count(rank, step)) / static_cast<double>(micro_batch_);
 }
 
-bool LoadBalancer::observe(int64_t step, const std::vector<double>& compute_s) {
+bool LoadBalancer::observe(int64_t step, const std::vector<double>& compute_ms) {
   if (!enabled_) return false;
-  PT_CHECK(static_cast<int>(compute_s.size()) == world_, "one compute time per rank expected");
+  PT_CHECK(static_cast<int>(compute_ms.size()) == world_, "one compute time per rank expected");
   if (next_from_ >= 0) {
     // A change is pending; this step still ran on the old split. Once the new one is in force
     // (from step + 1 on), a fresh window measures it.
@@ -77,13 +77,13 @@ bool LoadBalancer::observe(int64_t step, const std::vector<double>& compute_s) {
   }
   const auto& sizes = current_;
   for (int r = 0; r < world_; ++r) {
-    window_s_[r] += compute_s[r];
+    window_ms_[r] += compute_ms[r];
     window_items_[r] += sizes[r];
   }
   if (++window_steps_ < interval_) return false;
   std::vector<double> speed(static_cast<size_t>(world_));
-  for (int r = 0; r < world_; ++r) speed[r] = static_cast<double>(window_items_[r]) / std::max(window_s_[r], 1e-9);
-  std::fill(window_s_.begin(), window_s_.end(), 0.0);
+  for (int r = 0; r < world_; ++r) speed[r] = static_cast<double>(window_items_[r]) / std::max(window_ms_[r], 1e-6);
+  std::fill(window_ms_.begin(), window_ms_.end(), 0.0);
   std::fill(window_items_.begin(), window_items_.end(), 0);
   window_steps_ = 0;
   const auto proposal = proportional_split(micro_batch_ * world_, speed);
