@@ -251,6 +251,51 @@ TEST_F(TrainMultiRank, BalanceAutoGivesTheSlowRankLessAndKeepsTheGradient) {
   EXPECT_LT(max_rel_diff(path("bal.st"), path("one.st")), 1e-5) << "balanced 2 ranks vs 1 process, K=2";
 }
 
+TEST_F(TrainMultiRank, MalformedSimulatedSlowdownIsAUsageError) {
+  std::vector<std::string> argv = {kBin};
+  for (auto& a : split(train_args(""))) argv.push_back(a);
+  Result a = spawn({argv}, {{"PARATRAIN_SIMULATE_SLOWDOWN=1-3"}}, dir_, 60);
+  EXPECT_EQ(a.codes[0], 2) << a.output;
+  EXPECT_NE(a.output.find("PARATRAIN_SIMULATE_SLOWDOWN='1-3' is not RANK:FACTOR"), std::string::npos) << a.output;
+  Result b = spawn({argv}, {{"PARATRAIN_SIMULATE_SLOWDOWN=0:0.5"}}, dir_, 60);
+  EXPECT_EQ(b.codes[0], 2) << b.output;
+  EXPECT_NE(b.output.find("factor must be at least 1"), std::string::npos) << b.output;
+}
+
+TEST_F(TrainMultiRank, ValidationTooShortForOneBatchOfAllRanksIsNamed) {
+  // 4 windows of 65 tokens: one evaluation batch of 4 for one rank, none of 4 x 2 for two.
+  paratrain::test::write_structured_token_file(path("v.bin"), 4 * 64 + 1);
+  Result one = single(train_args("--val-data v.bin"));
+  EXPECT_TRUE(one.ok()) << one.output;
+  Result two = launch(2, train_args("--val-data v.bin"));
+  EXPECT_FALSE(two.timed_out) << two.output;
+  EXPECT_NE(two.codes[0], 0) << two.output;
+  EXPECT_NE(two.output.find("--val-data v.bin is too short for one evaluation batch of 4 x 2 windows"),
+            std::string::npos)
+      << two.output;
+}
+
+TEST_F(TrainMultiRank, RanksShareEvaluationOverTheSameWindowsAsOneProcess) {
+  // lr 0: the weights stay the initial ones, so 1 rank x 8 and 2 ranks x 4 must score the
+  // same 10 x 8 validation windows to rounding (before, rank 0 alone scored 10 x 4 of them).
+  auto val_loss = [&](const std::string& metrics) {
+    double v = -1;
+    std::ifstream f(path(metrics));
+    for (std::string line; std::getline(f, line);)
+      if (auto j = nlohmann::json::parse(line); j.contains("eval")) v = j["val_loss"].get<double>();
+    return v;
+  };
+  const std::string args =
+      "train --model gpt-nano --data t.bin --val-data t.bin --steps 1 --lr 0 --eval-batches 10 --threads 1 --quiet ";
+  Result one = single(args + "--micro-batch 8 --metrics one.jsonl");
+  ASSERT_TRUE(one.ok()) << one.output;
+  Result two = launch(2, args + "--micro-batch 4 --metrics two.jsonl");
+  ASSERT_TRUE(two.ok()) << two.output;
+  const double a = val_loss("one.jsonl"), b = val_loss("two.jsonl");
+  ASSERT_GT(a, 0);
+  EXPECT_NEAR(b, a, 1e-5 * a);
+}
+
 TEST_F(TrainMultiRank, BalanceRejectsDeterministicAndUnknownModes) {
   Result a = single(train_args("--balance auto --deterministic"));
   EXPECT_EQ(a.codes[0], 2) << a.output;

@@ -58,10 +58,9 @@ inline bool bit_identical(const Weights& a, const Weights& b, std::string* first
   return true;
 }
 
-// 40,000 tokens of vocabulary 256 with some structure (every 7th token follows a pattern),
-// as an llm.c token file.
-inline void write_structured_token_file(const std::string& path) {
-  const int32_t n = 40000;
+// n tokens (40,000 by default) of vocabulary 256 with some structure (every 7th token
+// follows a pattern), as an llm.c token file.
+inline void write_structured_token_file(const std::string& path, int32_t n = 40000) {
   std::vector<int32_t> header(256, 0);
   header[0] = 20240520, header[1] = 1, header[2] = n;
   std::mt19937 gen(7);
