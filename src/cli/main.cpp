@@ -5,6 +5,7 @@
 #include <string>
 
 #include "bench_comm_cmd.h"
+#include "bench_compute_cmd.h"
 #include "data_prepare_cmd.h"
 #include "doctor_cmd.h"
 #include "launch_cmd.h"
@@ -23,6 +24,7 @@ const char* kUsage =
     "  data prepare   train a tokenizer and write token files (llm.c .bin)\n"
     "  launch         start and supervise one process per device, on one or many hosts\n"
     "  bench comm     measure collective bandwidth (nccl-tests style table)\n"
+    "  bench compute  measure this CPU's f32 peak (FMA throughput) and GEMM peak: MFU's denominator\n"
     "  doctor         show the environment paratrain sees (PARATRAIN_* variables, ranks, threads)\n";
 
 std::string rank_tag() {
@@ -49,8 +51,9 @@ int dispatch(int argc, char** argv) {
     const std::string sub = argc > 2 ? argv[2] : "";
     if (cmd == "data" && sub == "prepare") return paratrain::cli::run_data_prepare(argc - 2, argv + 2);
     if (cmd == "bench" && sub == "comm") return paratrain::cli::run_bench_comm(argc - 2, argv + 2);
+    if (cmd == "bench" && sub == "compute") return paratrain::cli::run_bench_compute(argc - 2, argv + 2);
     throw paratrain::InputError("unknown command 'paratrain " + cmd + (sub.empty() ? "" : " " + sub) +
-                                "' (expected '" + (cmd == "data" ? "data prepare" : "bench comm") + "')");
+                                "' (expected " + (cmd == "data" ? "'data prepare'" : "'bench comm' or 'bench compute'") + ")");
   }
   throw paratrain::InputError("unknown command '" + cmd + "' (see paratrain --help)");
 }

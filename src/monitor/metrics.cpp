@@ -1,7 +1,6 @@
 #include "paratrain/monitor/metrics.h"
 
-#include <chrono>
-#include <vector>
+#include <sys/resource.h>
 
 #include "paratrain/base/error.h"
 #include "paratrain/kernels/cpu.h"
@@ -39,22 +38,15 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-double measured_gemm_peak_flops() {
-  static double peak = [] {
-    namespace k = paratrain::kernels::cpu;
-    const int64_t n = 768;
-    std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-    k::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm-up
-    double best = 0;
-    for (int rep = 0; rep < 3; ++rep) {
-      auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < 3; ++i) k::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      best = std::max(best, 3 * 2.0 * n * n * n / s);
-    }
-    return best;
-  }();
+double hardware_peak_flops() {
+  static const double peak = kernels::cpu::fma_peak(kernels::cpu::num_threads()).flops;
   return peak;
+}
+
+long minor_page_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
 }
 
 }  // namespace paratrain::monitor

@@ -493,8 +493,8 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   if (cfg.compress != "none")
     log << (pg ? compress_summary(model, ddp->options().compress) : "--compress " + cfg.compress + ": one rank, nothing to send") << "\n";
 
-  // Every rank measures the GEMM peak when rank 0 does, so their timings stay comparable.
-  const double peak_flops = !cfg.metrics.empty() ? monitor::measured_gemm_peak_flops() : 0.0;
+  // Every rank measures its hardware peak when rank 0 does, so their timings stay comparable.
+  const double peak_flops = !cfg.metrics.empty() ? monitor::hardware_peak_flops() : 0.0;
   Allocator& alloc = allocator_for(Device::CPU);
   alloc.reset_peak();
   TrainResult result;
@@ -546,6 +546,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
 
   for (int64_t step = start_step; step < steps; ++step) {
     const auto t0 = Clock::now();
+    const long faults_before = monitor::minor_page_faults();
     const double step_lr = sched.at(step);
     opt->set_lr(step_lr);
     if (ddp)
@@ -661,6 +662,8 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
                           {"mfu", peak_flops > 0 ? task->flops_per_item() * items_per_step / step_s /
                                                        (peak_flops * world)
                                                  : 0.0},
+                          {"peak_flops", peak_flops * world},
+                          {"page_faults", monitor::minor_page_faults() - faults_before},
                           {"loss_scale", 1.0},
                           {"mem_peak_bytes", peak_per_rank},
                           {"step_ms_per_rank", step_ms_per_rank},

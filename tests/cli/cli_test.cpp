@@ -2,6 +2,8 @@
 // nothing written), and small real runs of train / data prepare / sample.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "support/run_binary.h"
 #include <sys/wait.h>
 
@@ -142,6 +144,23 @@ TEST_F(Cli, TrainSaveResumeFromInitAndMetrics) {
                           "\"mfu\"", "\"mem_peak_bytes\":[", "\"step_ms_per_rank\":["})
     EXPECT_NE(last_train.find(key), std::string::npos) << key << " in " << last_train;
   EXPECT_NE(eval_line.find("\"val_loss\""), std::string::npos) << eval_line;
+  // MFU is against the hardware peak: a true upper bound, so every step is in (0, 1].
+  {
+    std::ifstream mm(path("m.jsonl"));
+    std::vector<long> faults;
+    while (std::getline(mm, line)) {
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("eval")) continue;
+      faults.push_back(j.at("page_faults").get<long>());
+      EXPECT_GT(j.at("peak_flops").get<double>(), 1e9) << line;
+      EXPECT_GT(j.at("mfu").get<double>(), 0.0) << line;
+      EXPECT_LE(j.at("mfu").get<double>(), 1.0) << line;
+    }
+    // page_faults shows the first step touching fresh memory and the steady state reusing it.
+    ASSERT_EQ(faults.size(), 30u);
+    EXPECT_GT(faults.front(), 100) << "the first step faults its activations and gradients in";
+    EXPECT_LE(faults.back() * 4, faults.front()) << "step 30 should reuse the allocator's memory";
+  }
   // The saved model loads back with the GPT-2 names and shapes.
   auto t = checkpoint::read_safetensors(path("final.safetensors"));
   EXPECT_EQ(t.tensors.at("wte.weight").shape(), (Shape{256, 64}));

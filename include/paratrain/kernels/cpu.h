@@ -33,3 +33,4 @@
 #include "paratrain/kernels/cpu/embedding.h"
 #include "paratrain/kernels/cpu/conv.h"
 #include "paratrain/kernels/cpu/optim.h"
+#include "paratrain/kernels/cpu/peak.h"

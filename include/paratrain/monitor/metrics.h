@@ -32,8 +32,13 @@ class MetricsWriter {
 // "1m05s", "2h03m", "45s"
 std::string format_duration(double seconds);
 
-// A peak GEMM rate in FLOP/s on this process's threads, measured once with a short f32 GEMM
-// (used as the denominator of MFU).
-double measured_gemm_peak_flops();
+// The hardware's f32 peak in FLOP/s on this process's kernel threads: kernels::cpu::fma_peak
+// at num_threads(), measured on the first call (a few milliseconds) and cached. The
+// denominator of the metrics' mfu, a true upper bound (no f32 work can exceed it).
+double hardware_peak_flops();
+
+// Minor page faults of this process so far (getrusage): the first touch of fresh memory,
+// slow on virtual machines; a step in steady state adds none.
+long minor_page_faults();
 
 }  // namespace paratrain::monitor
