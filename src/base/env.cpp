@@ -24,6 +24,10 @@ const std::vector<VarInfo>& declared() {
       {"PARATRAIN_SIMULATE_SLOWDOWN", "",
        "R:F makes rank R behave like a device F times slower (it idles (F-1) x its compute time before each "
        "backward pass); for trying --balance auto"},
+      {"PARATRAIN_TEST_KILL_IN_SAVE", "",
+       "test hook: R:N makes rank R SIGKILL itself while saving the checkpoint step_N, after its files and before "
+       "the manifest (an incomplete checkpoint); only in a group's first attempt (TORCHELASTIC_RESTART_COUNT unset "
+       "or 0)"},
   };
   return vars;
 }

@@ -259,7 +259,8 @@ ShardFileInfo write_optimizer_shard(const std::string& dir, int64_t step, int ra
   return info;
 }
 
-std::string save_training_state(const std::string& dir, const TrainingState& s, int keep_last) {
+std::string save_training_state(const std::string& dir, const TrainingState& s, int keep_last,
+                                const std::function<void()>& before_manifest) {
   std::error_code ec;
   const std::string name = checkpoint_name(s.step);
   const fs::path ckpt = fs::path(dir) / name;
@@ -306,6 +307,7 @@ std::string save_training_state(const std::string& dir, const TrainingState& s, 
     m["files"][kOptimFile] = {{"bytes", static_cast<uint64_t>(fs::file_size(optim_path))},
                               {"crc32", file_crc32(optim_path)}};
   }
+  if (before_manifest) before_manifest();
   write_file_atomic((ckpt / kManifest).string(), m.dump(2) + "\n");
   write_file_atomic((fs::path(dir) / "latest").string(), name + "\n");
 
@@ -324,28 +326,38 @@ std::string save_training_state(const std::string& dir, const TrainingState& s, 
   return ckpt.string();
 }
 
-std::optional<std::string> find_latest_checkpoint(const std::string& dir) {
+ResumePoint find_resume_point(const std::string& dir) {
+  ResumePoint rp;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return std::nullopt;
+  if (!fs::is_directory(dir, ec)) return rp;
   const std::string latest = read_latest(dir);
-  auto dirs = step_dirs(dir);
+  const auto dirs = step_dirs(dir);
+  const auto complete = [&](const fs::path& p) { return fs::exists(p / kManifest, ec); };
   if (!latest.empty()) {
     const fs::path p = fs::path(dir) / latest;
     if (!fs::is_directory(p, ec))
       PT_THROW(InputError, "checkpoint directory ", dir, ": 'latest' names ", latest, ", which does not exist");
+    rp.checkpoint = p.string();
     // A kill between a manifest and the `latest` update leaves a newer complete checkpoint.
     for (const auto& [step, q] : dirs)
-      if (step > parse_step_name(latest) && fs::exists(q / kManifest, ec)) return q.string();
-    return p.string();
+      if (step > parse_step_name(latest) && complete(q)) {
+        rp.checkpoint = q.string();
+        break;
+      }
+  } else {
+    for (const auto& [step, q] : dirs)
+      if (complete(q)) {
+        rp.checkpoint = q.string();
+        break;
+      }
   }
-  if (dirs.empty()) return std::nullopt;
-  for (const auto& [step, p] : dirs)
-    if (fs::exists(p / kManifest, ec)) return p.string();
-  std::string names;
-  for (const auto& [step, p] : dirs) names += (names.empty() ? "" : ", ") + p.string();
-  PT_THROW(InputError, "checkpoint directory ", dir, " holds only incomplete checkpoints (no ", kManifest,
-           "): ", names, "; nothing was loaded");
+  for (const auto& [step, q] : dirs)
+    if (!complete(q) && !(rp.checkpoint && fs::path(*rp.checkpoint).filename() == q.filename()))
+      rp.ignored.push_back(q.string());
+  return rp;
 }
+
+std::optional<std::string> find_latest_checkpoint(const std::string& dir) { return find_resume_point(dir).checkpoint; }
 
 void verify_training_state(const std::string& ckpt) {
   const nlohmann::json m = read_manifest(ckpt);

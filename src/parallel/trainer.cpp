@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -312,6 +313,52 @@ void check_resume_config(const std::string& ckpt, const nlohmann::json& saved, c
              "; choose --micro-batch/--grad-accum so that the global batch is the same");
 }
 
+// The one warning line about the incomplete checkpoints (killed saves) a resume passes over.
+std::string ignored_checkpoints_warning(const checkpoint::ResumePoint& p) {
+  std::string names;
+  for (const auto& d : p.ignored) names += (names.empty() ? "" : ", ") + d;
+  return "warning: ignoring incomplete checkpoint" + std::string(p.ignored.size() > 1 ? "s " : " ") + names +
+         " (no manifest.json: a save was interrupted)" +
+         (p.checkpoint ? "" : "; no complete checkpoint, starting from step 0");
+}
+
+// Each rank finds its resume point on its own; the answer is a function of the files
+// (checkpoint::find_resume_point), so the ranks agree unless the directory changed while
+// they read it. Checked before any step runs: ranks at different steps would fail later in
+// a collective, or train on wrong weights. Error naming the ranks otherwise.
+void check_ranks_start_at_the_same_step(comm::ProcessGroup& pg, int64_t start_step, const std::string& dir) {
+  std::vector<int64_t> all(static_cast<size_t>(pg.size()));
+  pg.allgather(&start_step, all.data(), 1, DType::I64)->wait();
+  for (int r = 1; r < pg.size(); ++r)
+    if (all[r] != all[0])
+      PT_THROW(Error, "rank ", pg.rank(), ": the ranks disagree on where to resume: rank 0 starts at step ", all[0],
+               ", rank ", r, " at step ", all[r], " (each rank reads ", dir,
+               " on its own; did it change while the job started?)");
+}
+
+// PARATRAIN_TEST_KILL_IN_SAVE=R:N, a test hook: the step N whose save rank R dies in (it
+// SIGKILLs itself once its files of step_N are written, before the manifest), or -1 on
+// other ranks, when unset, and in a group restarted by the launcher (restart_count > 0), so
+// that the restarted run gets past it. InputError when malformed.
+int64_t test_kill_in_save_step(int rank, int64_t restart_count) {
+  const std::string v = env::get_string("PARATRAIN_TEST_KILL_IN_SAVE");
+  if (v.empty()) return -1;
+  const auto colon = v.find(':');
+  int64_t r = -1, n = -1;
+  try {
+    if (colon == std::string::npos) throw std::invalid_argument("no colon");
+    size_t used = 0;
+    r = std::stoll(v.substr(0, colon), &used);
+    if (used != colon) throw std::invalid_argument("rank");
+    n = std::stoll(v.substr(colon + 1), &used);
+    if (used != v.size() - colon - 1) throw std::invalid_argument("step");
+  } catch (const std::exception&) {
+    PT_THROW(InputError, "PARATRAIN_TEST_KILL_IN_SAVE='", v, "' is not RANK:STEP (e.g. 0:2)");
+  }
+  if (r < 0 || n < 1) PT_THROW(InputError, "PARATRAIN_TEST_KILL_IN_SAVE='", v, "': RANK must be >= 0 and STEP >= 1");
+  return r == rank && restart_count == 0 ? n : -1;
+}
+
 }  // namespace
 
 TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
@@ -355,9 +402,13 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   // A group restarted by `paratrain launch --max-restarts` (TORCHELASTIC_RESTART_COUNT > 0)
   // resumes from its checkpoints without being told (issue: launcher restarts).
   const int64_t restart_count = env::raw_int("TORCHELASTIC_RESTART_COUNT").value_or(0);
-  if (cfg.resume || (restart_count > 0 && !cfg.checkpoint_dir.empty())) {
+  const bool looked_for_checkpoint = cfg.resume || (restart_count > 0 && !cfg.checkpoint_dir.empty());
+  const int64_t kill_in_save = test_kill_in_save_step(rank, restart_count);
+  if (looked_for_checkpoint) {
     if (!cfg.resume) log << "restart " << restart_count << " of the group: resuming from " << cfg.checkpoint_dir << "\n";
-    if (auto ckpt = checkpoint::find_latest_checkpoint(cfg.checkpoint_dir)) {
+    const checkpoint::ResumePoint point = checkpoint::find_resume_point(cfg.checkpoint_dir);
+    if (!point.ignored.empty()) log << ignored_checkpoints_warning(point) << "\n";
+    if (const auto& ckpt = point.checkpoint) {
       resumed = checkpoint::load_training_state(*ckpt);
       check_resume_config(*ckpt, resumed->config, this_run);
       if (resumed->step > steps)
@@ -369,7 +420,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
             << (cfg.zero > 0 ? (resumed->optimizer_shards.size() != static_cast<size_t>(world) ? ", re-cut" : "")
                              : ", assembled");
       log << "\n";
-    } else {
+    } else if (point.ignored.empty()) {
       log << "no checkpoint in " << cfg.checkpoint_dir << ": starting from step 0\n";
     }
   }
@@ -386,6 +437,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     po.backend = cfg.backend;
     po.deterministic = cfg.deterministic;
     pg = comm::create_process_group_from_env(po);
+    if (looked_for_checkpoint) check_ranks_start_at_the_same_step(*pg, start_step, cfg.checkpoint_dir);
   }
   std::unique_ptr<DistributedDataParallel> ddp;
   if (pg || cfg.deterministic || cfg.zero > 0) {
@@ -427,6 +479,14 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     resumed->model.clear();
     resumed->optimizer.clear();
   }
+  // PARATRAIN_TEST_KILL_IN_SAVE: this rank dies in the save of step kill_in_save, after its
+  // files and before the manifest, leaving an incomplete checkpoint (test hook).
+  auto die_if_told = [&](int64_t done) {
+    if (done != kill_in_save) return;
+    std::cerr << "rank " << rank << ": PARATRAIN_TEST_KILL_IN_SAVE: killing this rank while it saves "
+              << checkpoint::checkpoint_name(done) << " (before the manifest)" << std::endl;
+    std::raise(SIGKILL);
+  };
   auto save_checkpoint = [&](int64_t done) {
     std::vector<checkpoint::ShardFileInfo> shards;
     if (zero) {
@@ -437,6 +497,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       if (!go) return;  // this step's checkpoint is already complete
       const auto mine = checkpoint::write_optimizer_shard(cfg.checkpoint_dir, done, rank, world, zero->shard_state(),
                                                           opt->steps_taken());
+      if (rank != 0) die_if_told(done);  // shard written; rank 0 never gets its CRC: no manifest
       std::vector<int64_t> info = {static_cast<int64_t>(mine.bytes),
                                    static_cast<int64_t>(std::stoul(mine.crc32, nullptr, 16))};
       std::vector<int64_t> all = info;
@@ -450,7 +511,10 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
         shards.push_back({checkpoint::optimizer_shard_file_name(r, world), static_cast<uint64_t>(all[2 * r]), crc});
       }
     }
-    if (rank != 0) return;
+    if (rank != 0) {
+      if (!zero) die_if_told(done);  // it writes no file of the checkpoint
+      return;
+    }
     checkpoint::TrainingState st;
     st.step = done;
     st.model = model.state_dict();
@@ -463,7 +527,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     if (Generator* gen = task->generator()) st.rng = gen->state();
     st.world_size = world;
     st.config = this_run;
-    checkpoint::save_training_state(cfg.checkpoint_dir, st, 2);
+    checkpoint::save_training_state(cfg.checkpoint_dir, st, 2, [&] { die_if_told(done); });
   };
   monitor::MetricsWriter metrics(rank == 0 ? cfg.metrics : std::string());
 

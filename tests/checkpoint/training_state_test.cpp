@@ -1,6 +1,7 @@
 // Training-state checkpoints (checkpoint/training_state.h): round trip, the manifest written
-// last, `latest`, keeping the last two, and damaged / incomplete checkpoints named and
-// never loaded; sharded optimizer state (ZeRO): one file per rank, assembled on load, a
+// last, `latest`, keeping the last two, damaged checkpoints named and never loaded,
+// incomplete ones (a killed save) passed over by the resume and named, then replaced by a
+// new save; sharded optimizer state (ZeRO): one file per rank, assembled on load, a
 // damaged, missing or non-covering shard named.
 #include <unistd.h>
 
@@ -143,11 +144,74 @@ TEST_F(TrainingStateTest, MissingManifestIsIncomplete) {
   const std::string msg = error_of([&] { load_training_state(*find_latest_checkpoint(dir_)); });
   EXPECT_NE(msg.find(p), std::string::npos) << msg;
   EXPECT_NE(msg.find("incomplete"), std::string::npos) << msg;
-  // Without `latest` and with only incomplete step directories, finding one fails too.
+  // Without `latest` it is one incomplete step directory among others: passed over, named.
   fs::remove(fs::path(dir_) / "latest");
-  const std::string msg2 = error_of([&] { find_latest_checkpoint(dir_); });
-  EXPECT_NE(msg2.find("incomplete"), std::string::npos) << msg2;
-  EXPECT_NE(msg2.find("step_5"), std::string::npos) << msg2;
+  const ResumePoint rp = find_resume_point(dir_);
+  EXPECT_FALSE(rp.checkpoint.has_value());
+  EXPECT_EQ(rp.ignored, std::vector<std::string>{p});
+}
+
+// A save killed before its manifest leaves step_<N> with some files: an incomplete checkpoint.
+void make_incomplete(const std::string& dir, int64_t step) {
+  const fs::path p = fs::path(dir) / checkpoint_name(step);
+  fs::create_directories(p);
+  std::ofstream(p / "model.safetensors") << "half a file";
+  std::ofstream(p / "optim.safetensors.tmp.12345") << "a temporary the kill left";
+}
+
+TEST_F(TrainingStateTest, OnlyIncompleteCheckpointsMeanAFreshStartThatNamesThem) {
+  make_incomplete(dir_, 2);
+  make_incomplete(dir_, 4);
+  ResumePoint rp = find_resume_point(dir_);
+  EXPECT_FALSE(rp.checkpoint.has_value());
+  EXPECT_EQ(rp.ignored, (std::vector<std::string>{(fs::path(dir_) / "step_4").string(),
+                                                  (fs::path(dir_) / "step_2").string()}));
+  EXPECT_FALSE(find_latest_checkpoint(dir_).has_value());
+  // The fresh run saves step 2 again: the leftover is replaced, not merged.
+  save_training_state(dir_, make_state(2));
+  EXPECT_EQ(load_training_state((fs::path(dir_) / "step_2").string()).step, 2);
+  EXPECT_FALSE(fs::exists(fs::path(dir_) / "step_2" / "optim.safetensors.tmp.12345"));
+  rp = find_resume_point(dir_);
+  ASSERT_TRUE(rp.checkpoint.has_value());
+  EXPECT_EQ(*rp.checkpoint, (fs::path(dir_) / "step_2").string());
+  EXPECT_EQ(rp.ignored, std::vector<std::string>{(fs::path(dir_) / "step_4").string()});
+  // Then step 4 and step 6: every checkpoint complete, the rotation keeps the newest two.
+  save_training_state(dir_, make_state(4));
+  EXPECT_TRUE(find_resume_point(dir_).ignored.empty());
+  save_training_state(dir_, make_state(6));
+  EXPECT_FALSE(fs::exists(fs::path(dir_) / "step_2"));
+  EXPECT_TRUE(fs::exists(fs::path(dir_) / "step_4" / "manifest.json"));
+  EXPECT_EQ(load_training_state(*find_resume_point(dir_).checkpoint).step, 6);
+}
+
+TEST_F(TrainingStateTest, ACompleteCheckpointIsPickedOverANewerIncompleteOne) {
+  const std::string complete = save_training_state(dir_, make_state(2));
+  make_incomplete(dir_, 4);
+  for (bool with_latest : {true, false}) {
+    if (!with_latest) fs::remove(fs::path(dir_) / "latest");
+    const ResumePoint rp = find_resume_point(dir_);
+    ASSERT_TRUE(rp.checkpoint.has_value()) << with_latest;
+    EXPECT_EQ(*rp.checkpoint, complete) << with_latest;
+    EXPECT_EQ(rp.ignored, std::vector<std::string>{(fs::path(dir_) / "step_4").string()}) << with_latest;
+  }
+}
+
+TEST_F(TrainingStateTest, ADamagedCompleteCheckpointIsNotPassedOver) {
+  // A complete step_2 whose model fails its checksum, a complete step_1 before it and an
+  // incomplete step_3 after: the resume picks step_2 and its load fails, naming it.
+  save_training_state(dir_, make_state(1));
+  const std::string p = save_training_state(dir_, make_state(2));
+  make_incomplete(dir_, 3);
+  flip_byte(p + "/model.safetensors", static_cast<std::streamoff>(fs::file_size(p + "/model.safetensors") - 3));
+  const ResumePoint rp = find_resume_point(dir_);
+  ASSERT_TRUE(rp.checkpoint.has_value());
+  EXPECT_EQ(*rp.checkpoint, p);
+  std::string msg = error_of([&] { load_training_state(*rp.checkpoint); });
+  EXPECT_NE(msg.find(p + " is damaged: model.safetensors fails its checksum"), std::string::npos) << msg;
+  // Truncated: damaged too.
+  fs::resize_file(p + "/model.safetensors", fs::file_size(p + "/model.safetensors") - 4);
+  msg = error_of([&] { load_training_state(*find_resume_point(dir_).checkpoint); });
+  EXPECT_NE(msg.find(p + " is damaged: model.safetensors has"), std::string::npos) << msg;
 }
 
 TEST_F(TrainingStateTest, GarbledManifestIsDamaged) {

@@ -1,11 +1,14 @@
 // Resume from training-state checkpoints through the real `paratrain` binary: a run stopped
 // by SIGKILL after a checkpoint and resumed ends with the same weights, byte for byte, as a
 // run never stopped (one process, and 2 ranks under `paratrain launch`); 2 ranks resume onto
-// 3 at the same global batch; damaged and incomplete checkpoints are named, exit 2, and
-// nothing is trained. With ZeRO (--zero 1|2) each rank saves its shard of the optimizer
-// state: a killed run resumes bit for bit, the shards are re-cut for 3 ranks or assembled for
-// one process, and a damaged or missing shard is named. Every spawned process has a deadline
-// and is killed past it.
+// 3 at the same global batch; damaged checkpoints, and an incomplete one `latest` names, are
+// named, exit 2, and nothing is trained. Incomplete checkpoints a killed save left
+// (PARATRAIN_TEST_KILL_IN_SAVE) are passed over with a warning naming them: a group restarted
+// after a rank died in its first save starts from step 0 and ends with the uninterrupted
+// run's weights. With ZeRO (--zero 1|2) each rank saves its shard of the optimizer state: a
+// killed run resumes bit for bit, the shards are re-cut for 3 ranks or assembled for one
+// process, and a damaged or missing shard is named. Every spawned process has a deadline and
+// is killed past it.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -155,6 +158,18 @@ class Resume : public ::testing::Test {
     *out = read_text(p.log);
     return rc;
   }
+  // `paratrain launch --nproc-per-node 2 --max-restarts 1 -- paratrain train ARGS` with
+  // PARATRAIN_TEST_KILL_IN_SAVE=kill (a rank SIGKILLs itself during that save, in the first
+  // attempt only). The launcher's exit code; its output in *out.
+  int launch_with_kill_in_save(const std::string& kill, const std::string& args, std::string* out) {
+    std::vector<std::string> a = {"env", "PARATRAIN_TEST_KILL_IN_SAVE=" + kill, kBin, "launch", "--nproc-per-node", "2",
+                                  "--max-restarts", "1", "--", kBin};
+    for (auto& w : split(args)) a.push_back(w);
+    Proc p = start(a, dir_, dir_ + "/launch" + std::to_string(runs_++) + ".log");
+    const int rc = wait_for(p, 120);
+    *out = read_text(p.log);
+    return rc;
+  }
   // The step a resumed run said it continues from ("resuming from ck/step_N"); -1 if none.
   static int64_t resumed_step(const std::string& out) {
     const std::string key = "resuming from ck/step_";
@@ -245,6 +260,83 @@ TEST_F(Resume, LauncherRestartResumesFromTheCheckpoint) {
   ASSERT_LT(at, 24) << "the kill came too late to test anything: " << out;
   EXPECT_TRUE(read_text(path("restarted.st")) == read_text(path("full.st")))
       << "restarted from step " << at << ": weights differ from the uninterrupted run";
+}
+
+TEST_F(Resume, RankKilledDuringTheFirstSaveRestartsFreshAndEqualsUninterrupted) {
+  // Rank 0 writes every file without ZeRO: it dies with step_2's tensors written, before the
+  // manifest. The restarted group finds only that incomplete checkpoint: warns, starts over.
+  const std::string args = kTrain + "--steps 6 --micro-batch 2 --deterministic ";
+  std::string out;
+  ASSERT_EQ(run(2, args + "--save-final full.st", &out), 0) << out;
+  const int rc = launch_with_kill_in_save(
+      "0:2", args + "--checkpoint-dir ck --checkpoint-every 2 --save-final restarted.st", &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("rank 0: PARATRAIN_TEST_KILL_IN_SAVE: killing this rank while it saves step_2"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("restarts used: 1 of 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("warning: ignoring incomplete checkpoint ck/step_2 (no manifest.json: a save was interrupted); "
+                     "no complete checkpoint, starting from step 0"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(resumed_step(out), -1) << "nothing complete to resume from: " << out;
+  EXPECT_TRUE(read_text(path("restarted.st")) == read_text(path("full.st")))
+      << "the restarted run's weights differ from the uninterrupted run's";
+  // The fresh run saved step_2 again over the leftover, then 4 and 6; the newest two remain.
+  EXPECT_EQ(latest(), "step_6");
+  EXPECT_TRUE(fs::exists(path("ck/step_4/manifest.json")));
+  EXPECT_FALSE(fs::exists(path("ck/step_2")));
+}
+
+TEST_F(Resume, ZeroRankKilledDuringTheFirstSaveRestartsFreshAndEqualsUninterrupted) {
+  // With --zero 1 rank 1 writes its own shard: it dies once the shard is on disk, so rank 0
+  // never gets its checksum and writes no manifest.
+  const std::string args = kTrain + "--steps 6 --micro-batch 2 --deterministic --zero 1 ";
+  std::string out;
+  ASSERT_EQ(run(2, args + "--save-final full.st", &out), 0) << out;
+  const int rc = launch_with_kill_in_save(
+      "1:2", args + "--checkpoint-dir ck --checkpoint-every 2 --save-final restarted.st", &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("rank 1: PARATRAIN_TEST_KILL_IN_SAVE: killing this rank while it saves step_2"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("warning: ignoring incomplete checkpoint ck/step_2 "), std::string::npos) << out;
+  EXPECT_NE(out.find("starting from step 0"), std::string::npos) << out;
+  EXPECT_EQ(resumed_step(out), -1) << out;
+  EXPECT_TRUE(read_text(path("restarted.st")) == read_text(path("full.st")))
+      << "--zero 1: the restarted run's weights differ from the uninterrupted run's";
+  EXPECT_EQ(latest(), "step_6");
+}
+
+TEST_F(Resume, KilledInALaterSaveResumesFromTheCompleteOneBeforeAndNamesTheIncomplete) {
+  // One process, no launcher (the hook acts: no restart count). Killed in the save of
+  // step_4: step_2 is complete, step_4 is not.
+  const std::string args = kTrain + "--steps 6 --micro-batch 2 --checkpoint-dir ck --checkpoint-every 2 ";
+  std::string out;
+  ASSERT_EQ(run(0, kTrain + "--steps 6 --micro-batch 2 --save-final full.st", &out), 0) << out;
+  Proc p = start({"env", "PARATRAIN_TEST_KILL_IN_SAVE=0:4", kBin, "train", "--model", "gpt-nano", "--data", "t.bin",
+                  "--quiet", "--steps", "6", "--micro-batch", "2", "--checkpoint-dir", "ck", "--checkpoint-every", "2"},
+                 dir_, path("killed.log"));
+  ASSERT_EQ(wait_for(p, 60), -SIGKILL) << read_text(p.log);
+  ASSERT_TRUE(fs::exists(path("ck/step_4/model.safetensors"))) << "the kill came before the files";
+  ASSERT_FALSE(fs::exists(path("ck/step_4/manifest.json")));
+  ASSERT_EQ(latest(), "step_2");
+  ASSERT_EQ(run(0, args + "--resume --save-final resumed.st", &out), 0) << out;
+  EXPECT_NE(out.find("warning: ignoring incomplete checkpoint ck/step_4 (no manifest.json: a save was interrupted)\n"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(resumed_step(out), 2) << out;
+  EXPECT_TRUE(read_text(path("resumed.st")) == read_text(path("full.st")))
+      << "resumed from step_2: weights differ from the uninterrupted run";
+  EXPECT_TRUE(fs::exists(path("ck/step_4/manifest.json"))) << "the resumed run saves step_4 again";
+  // A malformed hook is bad input: exit 2, nothing trained.
+  Proc bad = start({"env", "PARATRAIN_TEST_KILL_IN_SAVE=zero", kBin, "train", "--model", "gpt-nano", "--data", "t.bin",
+                    "--quiet", "--steps", "2", "--save-final", "x.st"},
+                   dir_, path("bad.log"));
+  EXPECT_EQ(wait_for(bad, 60), 2) << read_text(bad.log);
+  EXPECT_NE(read_text(bad.log).find("PARATRAIN_TEST_KILL_IN_SAVE='zero' is not RANK:STEP"), std::string::npos)
+      << read_text(bad.log);
+  EXPECT_FALSE(fs::exists(path("x.st")));
 }
 
 TEST_F(Resume, TwoRanksResumeOntoThreeAtTheSameGlobalBatch) {

@@ -30,6 +30,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -93,8 +94,12 @@ std::string checkpoint_name(int64_t step);
 // holds the shards already: it writes the model file and the manifest listing every shard
 // (sizes and CRCs as given; InputError when a listed file is missing). Afterwards keeps the
 // newest `keep_last` complete checkpoints and deletes older step_* directories. Returns the
-// checkpoint's path. IoError on write failures.
-std::string save_training_state(const std::string& dir, const TrainingState& state, int keep_last = 2);
+// checkpoint's path. IoError on write failures. `before_manifest`, when set, runs once every
+// tensor file of the checkpoint is on disk and before the manifest is written: the point
+// where a killed save leaves an incomplete step_<N> (the trainer's fault-injection hook,
+// PARATRAIN_TEST_KILL_IN_SAVE).
+std::string save_training_state(const std::string& dir, const TrainingState& state, int keep_last = 2,
+                                const std::function<void()>& before_manifest = {});
 
 // Sharded save, first step (rank 0, before any rank writes its shard): false when
 // D/step_<N> already is the complete `latest` (nothing to write); else removes a leftover
@@ -110,11 +115,28 @@ std::string optimizer_shard_file_name(int rank, int world_size);
 ShardFileInfo write_optimizer_shard(const std::string& dir, int64_t step, int rank, int world_size,
                                     const OptimizerShard& shard, int64_t optimizer_steps);
 
-// The checkpoint a resume should load, or nullopt when D holds none (D missing, empty, or
-// without step_* directories). It is the one D/latest names, unless a newer step_* has a
-// manifest (a kill between the manifest and the `latest` update); without D/latest, the
-// newest step_* that has a manifest. InputError when D/latest is unreadable or names a missing
-// directory, or when step_* directories exist but none is complete (the error names them).
+// Where a resume starts: the checkpoint to load (nullopt: start from step 0) and the
+// incomplete checkpoints passed over (step_* directories without a manifest, a save that was
+// killed), which the caller must report.
+struct ResumePoint {
+  std::optional<std::string> checkpoint;  // path of D/step_<N>
+  std::vector<std::string> ignored;       // paths of incomplete D/step_*, newest first
+};
+
+// The checkpoint a resume should load. It is the one D/latest names, unless a newer step_*
+// has a manifest (a kill between the manifest and the `latest` update); without D/latest, the
+// newest step_* that has a manifest; none (start fresh) when D is missing, empty, or holds
+// only incomplete step_* directories. Every step_* without a manifest other than the one
+// picked is listed in `ignored`. The answer depends only on the files, so every rank that
+// reads the same D decides the same. InputError when D/latest is unreadable or names a
+// missing directory. `latest` is written only after a manifest, so a D/latest naming a
+// step_* without one is returned as is and fails to load as incomplete (a removed manifest
+// is damage, not an interrupted save). Nothing here reads tensors or checksums:
+// load_training_state() verifies the one picked.
+ResumePoint find_resume_point(const std::string& dir);
+
+// find_resume_point(dir).checkpoint, for callers that only look (it does not say what was
+// ignored; a run that resumes uses find_resume_point and reports the ignored ones).
 std::optional<std::string> find_latest_checkpoint(const std::string& dir);
 
 // Checks a checkpoint directory without loading tensors: manifest present and well-formed,
