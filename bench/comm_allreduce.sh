@@ -41,9 +41,11 @@ echo "== copy bandwidth (2 threads, 64 MiB memcpy each)"
 COPY=$("$BIN/comm_copy_bw_bench" 2)
 echo "copy bandwidth, both cores: $COPY GB/s (bytes read + written)"
 
-python3 - "$OUT" "$COPY" <<'PY'
+python3 - "$OUT" "$COPY" "$HERE" <<'PY'
 import sys
 out, copy = sys.argv[1], float(sys.argv[2])
+sys.path.insert(0, sys.argv[3])
+from bench_results import row, record
 def load(name):
     d = {}
     for line in open(f"{out}/{name}.tsv"):
@@ -69,4 +71,15 @@ print(f"\n2-rank all-reduce memory-bandwidth limit: {limit:.2f} GB/s busbw (copy
       f"paratrain at {big} bytes reaches {pt[big][1] / limit:.0%} of it")
 if 4096 in pt and 4096 in mpi:
     print(f"4 KiB latency: paratrain {pt[4096][0]:.1f} us, OpenMPI {mpi[4096][0]:.1f} us, gloo {gloo.get(4096,(0,0))[0]:.1f} us")
+b = "allreduce 2 ranks shm"
+rows = []
+if big in mpi:
+    rows.append(row(b, f"busbw GB/s {big >> 20} MiB", pt[big][1], mpi[big][1], "OpenMPI (tuned)", 2.0, issue=3))
+if big in gloo:
+    rows.append(row(b, f"busbw GB/s {big >> 20} MiB", pt[big][1], gloo[big][1], "Gloo", 1.0, issue=3))
+if 4096 in pt and 4096 in mpi:
+    rows.append(row(b, "latency us 4 KiB", pt[4096][0], mpi[4096][0], "OpenMPI (tuned)", 1.0, "lower", issue=3))
+rows.append(row(b, f"busbw GB/s {big >> 20} MiB", pt[big][1], limit, "memory-bandwidth limit", None,
+                note="fraction of the limit"))
+record("comm_allreduce", rows)
 PY

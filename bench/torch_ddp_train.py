@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """PyTorch DDP baseline for paratrain's data-parallel benchmark: GPT (gpt-mini), gloo, f32.
 
-The model, optimizer, data and figures are those of bench/torch_gpt_train.py, under
+The model (the fastest formulation measured, bench/torch_gpt_formulations.py, or
+--formulation), optimizer, data, warm-up to steady state and figures are those of
+bench/torch_gpt_train.py, under
 torch.nn.parallel.DistributedDataParallel (gloo backend, default 25 MiB buckets, gradients
 averaged). Each rank runs --micro-batch sequences per micro-step with --threads threads
 (default 1); the global batch is micro_batch * grad_accum * world_size windows, cut as
@@ -15,8 +17,9 @@ Two ways to start it:
       torchrun, paratrain launch, mpirun with those set) -- one rank per process.
 
 Rank 0 prints one JSON line with the fields of torch_gpt_train.py plus world_size:
-  tokens_per_s      whole global batch (all ranks) per second of a timed step;
-  step_ms           mean timed step of rank 0 between barriers (warm-up excluded);
+  tokens_per_s      whole global batch (all ranks) per second of the median timed step;
+  step_ms           median timed step of rank 0 (step_ms_min/max/mean/all: the spread);
+                    ranks agree on when warm-up ends (the largest page-fault count wins);
   peak_rss_bytes    the largest ru_maxrss * 1024 over the ranks;
   peak_rss_bytes_per_rank, step_ms_per_rank   one entry per rank.
 --nproc 1 gives the 1 x 1 baseline for scaling efficiency under the same code path.
@@ -48,45 +51,52 @@ def worker(rank, world, args):
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
-    import models
+    import torch_gpt_formulations as forms
 
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     cfg = common.gpt_config(args)
     data = common.read_llmc_tokens(args.data, cfg.vocab_size) if args.data else None
-    total = args.warmup_steps + args.steps
+    total = args.max_warmup_steps + args.steps
+    formulation = args.formulation or forms.FASTEST
     batches = common.Batches(cfg, args.micro_batch, args.grad_accum, world, total, data,
                              args.seed)
     torch.manual_seed(args.seed)
-    model = models.GPT(cfg)
+    model = forms.build(formulation, cfg)
     ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
     opt = common.make_optimizer(torch, model, args)
 
-    losses = []
-    t0 = None
-    for step in range(total):
-        if step == args.warmup_steps:
-            dist.barrier()
-            t0 = time.perf_counter()
+    autocast = common.autocast_scope(torch, args.precision)
+
+    def one_step(step):
         opt.zero_grad(set_to_none=True)
         tot = 0.0
         for k in range(args.grad_accum):
             x, y = batches.micro(step, k, rank)
             if k < args.grad_accum - 1:
                 with ddp.no_sync():
-                    _, loss = ddp(x, y)
+                    with autocast():
+                        _, loss = ddp(x, y)
                     (loss / args.grad_accum).backward()
             else:
-                _, loss = ddp(x, y)
+                with autocast():
+                    _, loss = ddp(x, y)
                 (loss / args.grad_accum).backward()
             tot += loss.item() / args.grad_accum
         opt.step()
-        losses.append(tot)
-    dist.barrier()
-    t1 = time.perf_counter()
-    step_s = (t1 - t0) / max(1, args.steps)
+        return tot
 
-    mine = torch.tensor([float(common.peak_rss_bytes()), step_s * 1e3,
+    def faults_everywhere():  # the largest page-fault count of any rank: all ranks agree
+        t = torch.tensor([float(common.minor_faults())], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.item()
+
+    losses, timed, warm, faults = common.run_steps(args, one_step, faults=faults_everywhere)
+    stats = common.step_stats(timed)
+    step_s = stats["step_ms"] / 1e3
+    dist.barrier()
+
+    mine = torch.tensor([float(common.peak_rss_bytes()), stats["step_ms"],
                          losses[0], losses[-1]], dtype=torch.float64)
     gathered = [torch.zeros_like(mine) for _ in range(world)]
     dist.all_gather(gathered, mine)
@@ -97,14 +107,17 @@ def worker(rank, world, args):
         fpt = common.flops_per_token(model)
         out = {"impl": "pytorch-ddp", "model": args.preset, "config": cfg.to_dict(),
                "world_size": world, "backend": "gloo",
-               "tokens_per_s": round(tps, 2), "step_ms": round(step_s * 1e3, 3),
+               "formulation": formulation, "precision": args.precision, "tokens_per_s": round(tps, 2), **stats,
+               "tokens_per_s_min": round(tokens / (stats["step_ms_max"] / 1e3), 2),
+               "tokens_per_s_max": round(tokens / (stats["step_ms_min"] / 1e3), 2),
                "peak_rss_bytes": max(rss), "peak_rss_bytes_per_rank": rss,
                "step_ms_per_rank": [round(g[1].item(), 3) for g in gathered],
                "threads": args.threads, "flops_per_token": fpt,
                "gflops": round(fpt * tps / 1e9, 3), "micro_batch": args.micro_batch,
                "grad_accum": args.grad_accum, "global_batch": args.micro_batch *
                args.grad_accum * world, "steps": args.steps,
-               "warmup_steps": args.warmup_steps, "params": model.num_params(),
+               "warmup_steps_run": warm, "page_faults_per_step": faults,
+               "params": sum(p.numel() for p in model.parameters()),
                "loss_first": round(sum(g[2].item() for g in gathered) / world, 5),
                "loss_last": round(sum(g[3].item() for g in gathered) / world, 5),
                "data": args.data or "random", "torch": torch.__version__,

@@ -1,16 +1,23 @@
 #!/usr/bin/python3
 """PyTorch baseline for paratrain's training benchmark: GPT (gpt-mini by default), f32, AdamW.
 
-Trains the GPT of tests/python/models.py (same architecture, names and init as paratrain's)
-for --warmup-steps untimed steps and then --steps timed steps, and prints one JSON line:
+Trains paratrain's GPT (same architecture, parameter names and init) written the fastest way
+measured here (bench/torch_gpt_formulations.py; --formulation picks another, `all` measures
+each in its own process and prints a table). Warm-up runs at least --warmup-steps untimed
+steps and goes on until a step takes no more than --steady-faults minor page faults (PyTorch
+here touches fresh memory for about 6 steps) or --max-warmup-steps have run; then --steps
+timed steps. Prints one JSON line:
 
   {"impl": "pytorch", "model": ..., "tokens_per_s": ..., "step_ms": ..., "peak_rss_bytes": ...,
    "threads": ..., "flops_per_token": ..., "gflops": ..., ...}
 
   tokens_per_s     micro_batch * grad_accum * block_size tokens per optimizer step divided by
-                   the mean wall time of a timed step (time.perf_counter, warm-up excluded).
-  step_ms          mean wall time of one timed optimizer step (zero_grad, forward, backward,
-                   AdamW step), in milliseconds.
+                   the median wall time of a timed step (time.perf_counter).
+  step_ms          median wall time of one timed optimizer step (zero_grad, forward, backward,
+                   AdamW step), in milliseconds; step_ms_min, step_ms_max, step_ms_mean and
+                   step_ms_all (every timed step) give the spread.
+  warmup_steps_run the untimed steps it took to reach steady state; page_faults_per_step the
+                   minor page faults of each timed step.
   peak_rss_bytes   resource.getrusage(RUSAGE_SELF).ru_maxrss * 1024 (Linux reports KiB): the
                    process's peak resident set over its whole life, interpreter and torch
                    libraries included.
@@ -68,7 +75,15 @@ def add_common_args(ap):
     ap.add_argument("--micro-batch", type=int, default=8, help="sequences per micro-step (per rank)")
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-steps per optimizer step")
     ap.add_argument("--steps", type=int, default=10, help="timed optimizer steps")
-    ap.add_argument("--warmup-steps", type=int, default=3, help="untimed steps before timing")
+    ap.add_argument("--warmup-steps", type=int, default=3, help="least untimed steps before timing")
+    ap.add_argument("--max-warmup-steps", type=int, default=20,
+                    help="most untimed steps while waiting for steady state")
+    ap.add_argument("--steady-faults", type=int, default=200,
+                    help="a step with at most this many minor page faults is in steady state")
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
+                    help="bf16: forward under torch.autocast('cpu', dtype=torch.bfloat16)")
+    ap.add_argument("--formulation", default=None,
+                    help="model formulation (bench/torch_gpt_formulations.py; default: the fastest measured)")
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--beta1", type=float, default=0.9)
     ap.add_argument("--beta2", type=float, default=0.95)
@@ -164,8 +179,56 @@ def make_optimizer(torch, model, args):
 
 def flops_per_token(model):
     cfg = model.config
-    n = model.num_params() - model.wpe.weight.numel()  # tied wte counted once (LM head)
+    n = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()  # tied wte counted once (LM head)
     return 6 * n + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
+
+
+def autocast_scope(torch, precision):
+    """A context factory: torch's CPU autocast in bf16, or nothing in fp32."""
+    import contextlib
+    if precision == "bf16":
+        return lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
+def minor_faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def step_stats(step_s):
+    """Median, min, max and mean of the timed steps (seconds), in ms."""
+    v = sorted(step_s)
+    n = len(v)
+    med = v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+    return {"step_ms": round(med * 1e3, 3), "step_ms_min": round(v[0] * 1e3, 3),
+            "step_ms_max": round(v[-1] * 1e3, 3), "step_ms_mean": round(sum(v) / n * 1e3, 3),
+            "step_ms_all": [round(x * 1e3, 3) for x in step_s]}
+
+
+def run_steps(args, one_step, faults=minor_faults):
+    """Warm-up until steady state, then args.steps timed steps of one_step(step) -> loss.
+    faults() counts page faults so far (under DDP the largest over the ranks, so every rank
+    ends warm-up at the same step). Returns (losses, timed step seconds, warm-up steps run,
+    page faults per timed step)."""
+    losses, timed, per_step = [], [], []
+    step = 0
+    warm = 0
+    while True:
+        f0 = faults()
+        losses.append(one_step(step))
+        step += 1
+        warm += 1
+        if warm >= args.max_warmup_steps or (
+                warm >= args.warmup_steps and faults() - f0 <= args.steady_faults):
+            break
+    for _ in range(args.steps):
+        f0 = minor_faults()
+        t0 = time.perf_counter()
+        losses.append(one_step(step))
+        timed.append(time.perf_counter() - t0)
+        per_step.append(minor_faults() - f0)
+        step += 1
+    return losses, timed, warm, per_step
 
 
 def peak_rss_bytes():
@@ -176,50 +239,92 @@ def env_report():
     return {k: os.environ.get(k) for k in ENV_KEYS}
 
 
+def compare_formulations(args):
+    """--formulation all: every available formulation in its own process, --rounds rounds
+    interleaved (so a change in the machine's load hits all alike); prints each one's median
+    tokens/s per round and the fastest, then the fastest's JSON line as the result."""
+    import subprocess
+    set_thread_env(args.threads)
+    import torch_gpt_formulations as forms
+    names = [n for n in forms.NAMES if forms.available(n)]
+    skipped = [n for n in forms.NAMES if n not in names]
+    argv = [a for a in sys.argv[1:]]
+    i = argv.index("--formulation")
+    del argv[i:i + 2]
+    results = {n: [] for n in names}
+    for _ in range(args.rounds):
+        for n in names:
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), *argv, "--formulation", n],
+                                 check=True, capture_output=True, text=True).stdout
+            results[n].append(json.loads(out.strip().splitlines()[-1]))
+    print(f"{'formulation':16}" + "".join(f"{'round ' + str(r + 1):>10}" for r in range(args.rounds))
+          + f"{'best':>10}   (tokens/s, median step)", file=sys.stderr)
+    best = {n: max(results[n], key=lambda o: o["tokens_per_s"]) for n in names}
+    for n in names:
+        print(f"{n:16}" + "".join(f"{o['tokens_per_s']:10.0f}" for o in results[n])
+              + f"{best[n]['tokens_per_s']:10.0f}", file=sys.stderr)
+    for n in skipped:
+        print(f"{n:16}  (not available in this PyTorch)", file=sys.stderr)
+    fastest = max(names, key=lambda n: best[n]["tokens_per_s"])
+    print(f"fastest: {fastest}", file=sys.stderr)
+    out = dict(best[fastest])
+    out["formulations"] = {n: [o["tokens_per_s"] for o in results[n]] for n in names}
+    print(json.dumps(out), flush=True)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_common_args(ap)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2, help="with --formulation all: interleaved rounds")
     args = ap.parse_args()
+    if args.formulation == "all":
+        return compare_formulations(args)
     set_thread_env(args.threads)
     import torch
-    import models
+    import torch_gpt_formulations as forms
     torch.set_num_threads(args.threads)
     cfg = gpt_config(args)
+    formulation = args.formulation or forms.FASTEST
     data = read_llmc_tokens(args.data, cfg.vocab_size) if args.data else None
-    total = args.warmup_steps + args.steps
+    total = args.max_warmup_steps + args.steps
     batches = Batches(cfg, args.micro_batch, args.grad_accum, 1, total, data, args.seed)
     torch.manual_seed(args.seed)
-    model = models.GPT(cfg)
+    model = forms.build(formulation, cfg)
     opt = make_optimizer(torch, model, args)
 
-    losses = []
-    t0 = None
-    for step in range(total):
-        if step == args.warmup_steps:
-            t0 = time.perf_counter()
+    autocast = autocast_scope(torch, args.precision)
+
+    def one_step(step):
         opt.zero_grad(set_to_none=True)
         tot = 0.0
         for k in range(args.grad_accum):
             x, y = batches.micro(step, k, 0)
-            _, loss = model(x, y)
+            with autocast():
+                _, loss = model(x, y)
             (loss / args.grad_accum).backward()
             tot += loss.item() / args.grad_accum
         opt.step()
-        losses.append(tot)
-    t1 = time.perf_counter()
-    step_s = (t1 - t0) / max(1, args.steps)
+        return tot
+
+    losses, timed, warm, faults = run_steps(args, one_step)
+    stats = step_stats(timed)
     tokens = args.micro_batch * args.grad_accum * cfg.block_size
-    tps = tokens / step_s
+    tps = tokens / (stats["step_ms"] / 1e3)
     fpt = flops_per_token(model)
-    out = {"impl": "pytorch", "model": args.preset, "config": cfg.to_dict(),
-           "tokens_per_s": round(tps, 2), "step_ms": round(step_s * 1e3, 3),
+    out = {"impl": "pytorch", "model": args.preset, "formulation": formulation,
+           "precision": args.precision,
+           "config": cfg.to_dict(), "tokens_per_s": round(tps, 2), **stats,
+           "tokens_per_s_min": round(tokens / (stats["step_ms_max"] / 1e3), 2),
+           "tokens_per_s_max": round(tokens / (stats["step_ms_min"] / 1e3), 2),
            "peak_rss_bytes": peak_rss_bytes(), "threads": args.threads,
            "flops_per_token": fpt, "gflops": round(fpt * tps / 1e9, 3),
            "micro_batch": args.micro_batch, "grad_accum": args.grad_accum,
-           "steps": args.steps, "warmup_steps": args.warmup_steps,
-           "params": model.num_params(), "loss_first": round(losses[0], 5),
+           "steps": args.steps, "warmup_steps_run": warm, "page_faults_per_step": faults,
+           "params": sum(p.numel() for p in model.parameters()),
+           "loss_first": round(losses[0], 5),
            "loss_last": round(losses[-1], 5), "data": args.data or "random",
            "torch": torch.__version__, "env": env_report()}
     print(json.dumps(out), flush=True)

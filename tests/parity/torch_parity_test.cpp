@@ -142,6 +142,35 @@ TEST_F(TorchParity, GptNano) {
   });
 }
 
+// Every formulation of the benchmarks' PyTorch peer (bench/torch_gpt_formulations.py) is
+// paratrain's GPT: it loads our weights file and gives our loss and gradients.
+TEST_F(TorchParity, BenchPeerFormulationsAreOurGpt) {
+  nn::GPT model(nn::GPTConfig::preset("gpt-nano"), 7);
+  checkpoint::save_safetensors(path("ours.safetensors"), model.state_dict());
+  run_python("--make-batch " + path("batch.safetensors") + " --model gpt --config gpt-nano --batch-size 4 --seed 5");
+  const std::string cmd = "timeout 300 /usr/bin/python3 " + std::string(PARATRAIN_SOURCE_DIR) +
+                          "/bench/torch_gpt_formulations.py --weights " + path("ours.safetensors") + " --batch " +
+                          path("batch.safetensors") + " --out " + path("peers.safetensors");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "failed: " << cmd;
+  auto batch = checkpoint::load_safetensors(path("batch.safetensors"));
+  auto peers = checkpoint::load_safetensors(path("peers.safetensors"));
+  Tensor loss = model.loss(batch.at("inputs"), batch.at("targets"));
+  autograd::backward(loss);
+  int formulations = 0;
+  for (const char* f : {"hf", "linear", "linear-baddbmm", "sdpa"}) {
+    const std::string key = std::string("loss.") + f;
+    if (!peers.count(key)) continue;  // sdpa needs PyTorch >= 2.0
+    ++formulations;
+    Diff dl = compare(loss.reshape({1}), peers.at(key));
+    EXPECT_LE(dl.rel(), 1e-5) << f << ": loss " << peers.at(key).item() << ", ours " << loss.item();
+    for (auto& [name, p] : model.named_parameters()) {
+      Diff d = compare(p.grad(), peers.at(std::string("grad.") + f + "." + name));
+      EXPECT_LE(d.rel(), 1e-5) << f << ": gradient of " << name;
+    }
+  }
+  EXPECT_GE(formulations, 3) << "hf, linear and linear-baddbmm run on every PyTorch";
+}
+
 TEST_F(TorchParity, Cnn) {
   nn::CNNClassifier model(1);
   check(model, "cnn", "", [&](std::map<std::string, Tensor>& b) { return model.loss(b.at("images"), b.at("labels")); });
