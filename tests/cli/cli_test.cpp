@@ -198,3 +198,18 @@ TEST_F(Cli, PrepareTrainSample) {
   EXPECT_EQ(bad.rc, 2);
   EXPECT_EQ(count_lines(bad.out), 1) << bad.out;
 }
+
+// `paratrain bench compute`: MFU's denominator, the hardware peak, bounds the GEMM peak.
+TEST_F(Cli, BenchComputePrintsBothPeaks) {
+  CmdResult r = run("bench compute --threads 1 --gemm-seconds 0.05 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(j.at("threads"), 1);
+  EXPECT_GT(j.at("gemm_peak_gflops").get<double>(), 0.0);
+  EXPECT_LE(j.at("gemm_peak_gflops").get<double>(), j.at("hardware_peak_gflops").get<double>());
+  EXPECT_LE(j.at("gemm_fraction_of_hardware").get<double>(), 1.0);
+  CmdResult bad = run("bench compute --threads 0");
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+  EXPECT_EQ(count_lines(bad.out), 1) << bad.out;
+  EXPECT_NE(bad.out.find("--threads"), std::string::npos) << bad.out;
+}
