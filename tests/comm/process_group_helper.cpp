@@ -4,13 +4,14 @@
 //   kill      the last rank SIGKILLs itself after a few collectives; the others must get a
 //             CommError naming it within the peer timeout
 //   mismatch  rank 0 calls allreduce, the others broadcast (run with PARATRAIN_DEBUG=detail)
-//   deadline  rank 1 joins its allreduce late; rank 0 must time out naming rank 1
+//   deadline  rank 1 joins its allreduce only after rank 0 timed out; rank 0 must name rank 1
 // Exit code 0 when the rank saw what it should; the failure is printed otherwise.
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -105,23 +106,37 @@ static int mismatch() {
   return 1;
 }
 
+// Rank 1 joins only once rank 0 has timed out (an event: rank 0 writes a file, named by
+// MASTER_PORT, that rank 1 removed before the rendezvous), never after a fixed sleep.
 static int deadline() {
+  const char* port = std::getenv("MASTER_PORT");
+  const std::string gone = std::string("/tmp/paratrain_pg_deadline_") + (port ? port : "0") + ".done";
+  if (std::getenv("RANK") && std::string(std::getenv("RANK")) == "1") ::unlink(gone.c_str());
   auto pg = create_process_group_from_env();
   std::vector<float> x(1000, 1.f);
   if (pg->rank() == 1) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);  // a hang bound
+    while (::access(gone.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ::unlink(gone.c_str());
     try {
       pg->allreduce(x.data(), x.size(), DType::F32)->wait();
     } catch (const Error&) {
     }
     return 0;
   }
+  auto done = [&] {
+    if (FILE* f = std::fopen(gone.c_str(), "w")) std::fclose(f);
+  };
   try {
     pg->allreduce(x.data(), x.size(), DType::F32)->wait();
   } catch (const TimeoutError& e) {
+    done();
     std::printf("rank %d: %s\n", pg->rank(), e.what());
     return std::string(e.what()).find("not heard from: 1") != std::string::npos ? 0 : 1;
   }
+  done();
+  std::fprintf(stderr, "rank %d: no TimeoutError: the allreduce waited until rank 1 joined\n", pg->rank());
   return 1;
 }
 

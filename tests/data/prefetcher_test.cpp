@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <numeric>
 #include <thread>
 
@@ -28,6 +30,16 @@ std::string make_file(const TempDir& d, int n) {
 std::vector<int32_t> values(const Tensor& t) {
   return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + t.numel());
 }
+
+// Runs `fn` when the scope ends (declared after a prefetcher: frees a fill the test holds,
+// so the prefetcher's destructor can join its worker even after a failed ASSERT).
+template <typename Fn>
+struct AtExit {
+  Fn fn;
+  ~AtExit() { fn(); }
+};
+template <typename Fn>
+AtExit(Fn) -> AtExit<Fn>;
 
 }  // namespace
 
@@ -83,19 +95,62 @@ TEST(BatchPrefetcher, UnannouncedRequestDropsThePlanAndStillGetsItsBatch) {
 }
 
 TEST(BatchPrefetcher, MeasuresTheTimeAStepWaitedForData) {
-  BatchPrefetcher pf([](const BatchRequest&, Tensor& x, Tensor& y) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));
-    x = Tensor::full({1}, 1.0f);
+  // No judgement by the clock against a sleep: the fill itself measures how long it ran,
+  // and the test waits for events (the worker starting a fill), never for a duration.
+  constexpr double kFillS = 0.06;
+  std::mutex mu;
+  std::condition_variable cv;
+  double fill_s = 0;           // how long the fill of step 0 ran (measured by the fill)
+  bool step2_started = false;  // the worker began the fill of step 2
+  bool release_step2 = false;
+  BatchPrefetcher pf([&](const BatchRequest& r, Tensor& x, Tensor& y) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (r.step == 2) {  // holds the worker until the end of the test
+      std::unique_lock<std::mutex> lock(mu);
+      step2_started = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return release_step2; });
+    } else {
+      std::this_thread::sleep_for(std::chrono::duration<double>(kFillS));
+    }
+    x = Tensor::full({1}, static_cast<float>(r.step));
     y = x;
+    if (r.step == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      fill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
   });
-  pf.next({0, 0, 0, 1});  // nobody announced it: the whole fill is waited for
+  const auto release = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      release_step2 = true;
+    }
+    cv.notify_all();
+  };
+  AtExit release_at_exit{release};
+  // Nobody announced step 0: next() starts the fill and waits for all of it (the fill
+  // starts after next() began waiting and ends before it returns: an exact lower bound).
+  pf.next({0, 0, 0, 1});
   const double waited = pf.take_wait_seconds();
-  EXPECT_GE(waited, 0.05);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_GE(fill_s, kFillS - 1e-6);  // (the sleep's rounding to whole nanoseconds)
+    EXPECT_GE(waited, fill_s);
+  }
   EXPECT_EQ(pf.take_wait_seconds(), 0.0);  // reset
+  // Step 1 announced, then step 2: the worker fills in order, so once it has started step 2,
+  // step 1 is ready and next() does not block on it (it would wait >= kFillS if it did).
   pf.enqueue({1, 0, 0, 1});
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the step's compute hides the fill
-  pf.next({1, 0, 0, 1});
-  EXPECT_LT(pf.take_wait_seconds(), 0.05);
+  pf.enqueue({2, 0, 0, 1});
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return step2_started; }))
+        << "the worker never reached step 2";
+  }
+  EXPECT_EQ(pf.next({1, 0, 0, 1}).inputs.to_vector()[0], 1.0f);
+  EXPECT_LT(pf.take_wait_seconds(), kFillS / 2) << "a batch prepared in the background was waited for";
+  release();
+  EXPECT_EQ(pf.next({2, 0, 0, 1}).inputs.to_vector()[0], 2.0f);
 }
 
 TEST(BatchPrefetcher, FillErrorsReachTheConsumer) {
@@ -120,11 +175,15 @@ TEST(BatchPrefetcher, StuckWorkerIsATimeoutNamingTheBatch) {
         while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       },
       0.2);
+  AtExit release_at_exit{[&] { release = true; }};
   try {
     pf.next({4, 1, 0, 2});
     FAIL() << "expected a timeout";
   } catch (const TimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find("step 4, micro-step 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("within 0.2 s"), std::string::npos) << e.what();
   }
-  release = true;
+  // It gave up at its deadline, not before (a lower bound: the clock is monotonic; the 1 us
+  // covers the deadline's rounding to the clock's ticks).
+  EXPECT_GE(pf.take_wait_seconds(), 0.2 - 1e-6);
 }

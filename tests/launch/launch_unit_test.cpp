@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -210,13 +211,15 @@ TEST(LaunchRendezvous, NodesMeetAndNameTheMissingOne) {
   EXPECT_EQ(r0.rank_base, 0);
   EXPECT_EQ(r1.rank_base, 2);
   EXPECT_EQ(r1.nodes[0].host, "a");
-  // Round 1: node 1 never comes.
+  // Round 1: node 1 never comes. It gives up at the deadline, not before (an exact bound).
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     n0.join(1, 2, "a", 0.3, nullptr);
     FAIL() << "expected a timeout";
   } catch (const TimeoutError& e) {
-    EXPECT_NE(std::string(e.what()).find("node 1 of 2 did not arrive"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("node 1 of 2 did not arrive within 0.3 s"), std::string::npos) << e.what();
   }
+  EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.3);
   // Failures: the first writer wins.
   FailureInfo f{3, 1, "b", 3, false, "exit code 3"};
   EXPECT_EQ(n0.publish_failure(0, f).rank, 3);
