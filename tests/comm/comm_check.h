@@ -3,14 +3,17 @@
 // sums are exact in every dtype and any algorithm must reproduce them bit for bit.
 #pragma once
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "paratrain/comm/process_group.h"
+#include "paratrain/comm/store.h"
 
 namespace paratrain::comm::testing {
 
@@ -143,6 +146,28 @@ inline void run_all_ops(ProcessGroup& pg, DType dt, size_t count, Report& rep) {
       if (get(in, dt, i) != value(prev, i, 4)) rep.mismatch(tag + "send/recv", i, get(in, dt, i), value(prev, i, 4));
   }
   pg.barrier()->wait();
+}
+
+// Ranks as threads of this process: fn(rank, pg) runs on n threads, each with its own group
+// over one in-process HashStore. The group is destroyed when fn returns, or earlier where fn
+// resets `pg` (a rank leaving before its peers). Returns each rank's error ("" = none).
+template <typename Fn>
+std::vector<std::string> run_thread_ranks(int n, const ProcessGroupOptions& opts, Fn fn) {
+  auto store = std::make_shared<HashStore>();
+  store->set_timeout(std::chrono::milliseconds(20000));
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(n);
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        std::shared_ptr<ProcessGroup> pg = create_process_group(store, r, n, opts);
+        fn(r, pg);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
 }
 
 // Random floats (fixed seed per rank) for the rank-ordered test.

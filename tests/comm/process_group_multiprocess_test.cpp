@@ -1,6 +1,7 @@
 // Multi-process ProcessGroup tests: real ranks (process_group_helper) over shm, tcp and
 // mpi (under a real mpirun), plus the failure cases. Every spawned process has a deadline
-// and is killed if it passes it; the tests check that /dev/shm is left clean.
+// and is killed if it passes it; the tests check that a job leaves no segment of its own in
+// /dev/shm (other tests running at the same time may have theirs there).
 #include <dirent.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -25,6 +26,7 @@ namespace {
 const std::string kHelper = std::string(PARATRAIN_TEST_BIN_DIR) + "/process_group_helper";
 
 struct Result {
+  std::vector<pid_t> pids;  // one per process
   std::vector<int> codes;  // exit code per process (-signal if killed)
   std::string output;
   bool timed_out = false;
@@ -74,6 +76,7 @@ Result spawn(const std::vector<std::vector<std::string>>& argvs, const std::vect
     }
     pids.push_back(pid);
   }
+  res.pids = pids;
   res.codes.assign(pids.size(), -1000);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   size_t left = pids.size();
@@ -108,11 +111,12 @@ Result spawn(const std::vector<std::vector<std::string>>& argvs, const std::vect
   return res;
 }
 
-Result run_ranks(int n, const std::string& mode, const std::vector<std::string>& extra_env, double timeout_s = 90) {
+Result run_ranks(int n, const std::string& mode, const std::vector<std::string>& extra_env, double timeout_s = 90,
+                 const std::string& program = kHelper) {
   int port = free_port();
   std::vector<std::vector<std::string>> argvs, envs;
   for (int r = 0; r < n; ++r) {
-    argvs.push_back({kHelper, mode});
+    argvs.push_back({program, mode});
     std::vector<std::string> env = {"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r),
                                     "WORLD_SIZE=" + std::to_string(n), "MASTER_ADDR=127.0.0.1",
                                     "MASTER_PORT=" + std::to_string(port), "PARATRAIN_TOKEN=test-token"};
@@ -122,11 +126,16 @@ Result run_ranks(int n, const std::string& mode, const std::vector<std::string>&
   return spawn(argvs, envs, timeout_s);
 }
 
-int paratrain_shm_segments() {
+// The job's segments left in /dev/shm: a segment is named paratrain-<creator pid>-r<rank>-...
+// (shm_transport.cpp), so these are the ones created by the job's processes.
+int job_shm_segments(const Result& job) {
   int count = 0;
   if (DIR* d = ::opendir("/dev/shm")) {
-    while (dirent* e = ::readdir(d))
-      if (std::string(e->d_name).rfind("paratrain-", 0) == 0) ++count;
+    while (dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      for (pid_t pid : job.pids)
+        if (name.rfind("paratrain-" + std::to_string(pid) + "-", 0) == 0) ++count;
+    }
     ::closedir(d);
   }
   return count;
@@ -145,9 +154,9 @@ class MultiProcess : public ::testing::TestWithParam<Param> {};
 
 TEST_P(MultiProcess, EveryOpDtypeAndCount) {
   auto [backend, n] = GetParam();
-  int before = paratrain_shm_segments();
-  expect_all_ok(run_ranks(n, "ops", {std::string("PARATRAIN_BACKEND=") + backend}));
-  EXPECT_EQ(paratrain_shm_segments(), before);
+  Result r = run_ranks(n, "ops", {std::string("PARATRAIN_BACKEND=") + backend});
+  expect_all_ok(r);
+  EXPECT_EQ(job_shm_segments(r), 0);
 }
 
 TEST_P(MultiProcess, RankOrderedAllreduceIsBitIdentical) {
@@ -165,7 +174,6 @@ INSTANTIATE_TEST_SUITE_P(Comm, MultiProcess,
 class KilledRank : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(KilledRank, SurvivorsFailNamingTheDeadRankAndShmIsClean) {
-  int before = paratrain_shm_segments();
   Result r = run_ranks(3, "kill", {std::string("PARATRAIN_BACKEND=") + GetParam(), "PARATRAIN_PEER_TIMEOUT_S=10"}, 60);
   EXPECT_FALSE(r.timed_out) << r.output;
   ASSERT_EQ(r.codes.size(), 3u);
@@ -173,10 +181,25 @@ TEST_P(KilledRank, SurvivorsFailNamingTheDeadRankAndShmIsClean) {
   EXPECT_EQ(r.codes[1], 0) << r.output;
   EXPECT_EQ(r.codes[2], -SIGKILL) << r.output;
   EXPECT_NE(r.output.find("rank 2"), std::string::npos) << r.output;
-  EXPECT_EQ(paratrain_shm_segments(), before);
+  EXPECT_EQ(job_shm_segments(r), 0) << "segments the job left in /dev/shm";
 }
 
 INSTANTIATE_TEST_SUITE_P(Comm, KilledRank, ::testing::Values("shm", "tcp"));
+
+// The end of a run (shm_shutdown_helper): rank 0 finishes its part of the last collective
+// (the root of a chain broadcast only sends), destroys its group and exits, while rank 2
+// still waits for rank 1's data. Rank 1 enters only after rank 0's process is gone and twice
+// the peer timeout has passed: a clean exit is neither a death nor a silent peer.
+class RankExits : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(RankExits, ARankThatLeftAndExitedFailsNoWaitForAnotherRanksData) {
+  Result r = run_ranks(3, "", {std::string("PARATRAIN_BACKEND=") + GetParam(), "PARATRAIN_PEER_TIMEOUT_S=1"}, 60,
+                       std::string(PARATRAIN_TEST_BIN_DIR) + "/shm_shutdown_helper");
+  expect_all_ok(r);
+  EXPECT_EQ(job_shm_segments(r), 0) << "segments the job left in /dev/shm";
+}
+
+INSTANTIATE_TEST_SUITE_P(Comm, RankExits, ::testing::Values("shm", "tcp"));
 
 TEST(MultiProcessFailures, MismatchedCollectiveInDebugMode) {
   Result r = run_ranks(3, "mismatch", {"PARATRAIN_DEBUG=detail", "PARATRAIN_BACKEND=shm"}, 60);

@@ -34,9 +34,10 @@ std::vector<std::string> run_ranks(int n, bool deterministic, Fn fn) {
         o.deterministic = deterministic;
         auto pg = comm::create_process_group(store, r, n, o);
         fn(pg);
-        // Leave together: a group destroyed while a peer still waits in its last collective
-        // fails that peer (shm marks the rank as gone). Errors here change nothing: a rank
-        // that failed above is already reported.
+        // Leave together, as a program ending its last collective may (the transports let a
+        // rank leave while its peers still wait for each other's data in that collective:
+        // tests/comm/shm_shutdown_test.cpp). Errors here change nothing: a rank that failed
+        // above is already reported.
         try {
           pg->barrier()->wait();
         } catch (const std::exception&) {

@@ -30,7 +30,9 @@ struct alignas(64) SegmentHeader {
   int32_t pid;
   int32_t rank;
   std::atomic<uint64_t> heartbeat;
-  std::atomic<uint32_t> closed;  // set by the owner when its group ends cleanly
+  // Set by the owner when its group ends cleanly, after everything it sent: from then on
+  // its channels get no more data and no more freed slots, and its process may exit.
+  std::atomic<uint32_t> closed;
   uint32_t slots;
   uint64_t slot_bytes;
   uint64_t channel_stride;
@@ -137,15 +139,37 @@ struct ShmDomain::Impl {
     std::lock_guard<std::mutex> l(failure_mu);
     throw PeerFailure(failed_peer.load(), failure);
   }
+  bool closed(const Peer& p) { return header(p.base)->closed.load(std::memory_order_seq_cst) != 0; }
+  // A peer whose process is gone (or a zombie) without having closed its group. The pid is
+  // read before the flag: a peer that closed and then exited is seen closed, not dead.
+  const Peer* dead_peer() {
+    for (auto& p : peers)
+      if (p.check_pid && !pid_alive(p.pid) && !closed(p)) return &p;
+    return nullptr;
+  }
+  void fail_dead(const Peer& p) { fail(p.rank, detail::concat("rank ", p.rank, " (pid ", p.pid, ") died")); }
+  // A wait on `peer`'s channel that can never complete because the peer closed its group.
+  // A rank that died first is named instead (a neighbour may have left because of it).
+  [[noreturn]] void fail_left(int peer) {
+    if (const Peer* dead = dead_peer()) {
+      fail_dead(*dead);
+    } else {
+      for (auto& p : peers)
+        if (p.rank == peer)
+          fail(peer, detail::concat("rank ", peer, " (pid ", p.pid, ") left the group (its process group was destroyed)"));
+    }
+    throw_failure();
+  }
   void monitor_loop();
 };
 
 // One direction pair to a local peer.
 class ShmPair : public Pair {
  public:
-  ShmPair(ShmDomain::Impl* d, int peer, ChannelControl* send_ch, char* send_data, ChannelControl* recv_ch,
-          char* recv_data)
-      : d_(d), peer_(peer), send_(send_ch), send_data_(send_data), recv_(recv_ch), recv_data_(recv_data) {
+  ShmPair(ShmDomain::Impl* d, int peer, const SegmentHeader* peer_header, ChannelControl* send_ch, char* send_data,
+          ChannelControl* recv_ch, char* recv_data)
+      : d_(d), peer_(peer), peer_header_(peer_header), send_(send_ch), send_data_(send_data), recv_(recv_ch),
+        recv_data_(recv_data) {
     send_head_ = send_->head.load();
     recv_tail_ = recv_->tail.load();
   }
@@ -179,9 +203,15 @@ class ShmPair : public Pair {
     if (recv_->send_sleeping.load(std::memory_order_seq_cst)) futex_wake(&recv_->tail);
   }
 
+  // Wakes this rank's waiters on the pair (after a failure).
   void wake() {
     futex_wake(&send_->tail);
     futex_wake(&recv_->head);
+  }
+  // Wakes the peer's waiters on the pair (this rank closed: they re-check its flag).
+  void wake_peer() {
+    futex_wake(&send_->head);
+    futex_wake(&recv_->tail);
   }
 
  private:
@@ -205,6 +235,13 @@ class ShmPair : public Pair {
     for (;;) {
       if (ready()) return;
       if (d_->failed_peer.load() >= 0) d_->throw_failure();
+      // A peer that closed its group published everything before its flag: if the wait is
+      // still not satisfied after reading the flag, it never will be (its channel is drained,
+      // or it will never free a slot). Waits on other pairs go on.
+      if (peer_header_->closed.load(std::memory_order_seq_cst)) {
+        if (ready()) return;
+        d_->fail_left(peer_);
+      }
       if (deadline.expired())
         throw PeerTimeout(peer_, detail::concat("timed out waiting for ", what, " rank ", peer_));
       sleeping->store(1, std::memory_order_seq_cst);
@@ -215,6 +252,7 @@ class ShmPair : public Pair {
 
   ShmDomain::Impl* d_;
   int peer_;
+  const SegmentHeader* peer_header_;
   ChannelControl* send_;
   char* send_data_;
   ChannelControl* recv_;
@@ -236,32 +274,22 @@ void ShmDomain::Impl::monitor_loop() {
     if (failed_peer.load() >= 0) continue;
     auto now = Clock::now();
     // Deaths first, so a survivor names the rank that died, not a neighbour that left
-    // after noticing it.
-    bool failed = false;
-    for (auto& p : peers) {
-      if (p.check_pid && !pid_alive(p.pid)) {
-        fail(p.rank, detail::concat("rank ", p.rank, " (pid ", p.pid, ") died"));
-        failed = true;
-        break;
-      }
+    // after noticing it. A death fails every wait of the group. A peer that closed its group
+    // is not dead when its process exits or its heartbeat stops: only the waits on its own
+    // pair fail, once drained (ShmPair::wait_until).
+    if (const Peer* dead = dead_peer()) {
+      fail_dead(*dead);
+      continue;
     }
     for (auto& p : peers) {
-      if (failed) break;
       uint64_t beat = header(p.base)->heartbeat.load(std::memory_order_relaxed);
       if (beat != p.last_beat) {
         p.last_beat = beat;
         p.last_change = now;
-      } else if (std::chrono::duration<double>(now - p.last_change).count() > config.peer_timeout_s) {
+      } else if (std::chrono::duration<double>(now - p.last_change).count() > config.peer_timeout_s && !closed(p)) {
         fail(p.rank, detail::concat("rank ", p.rank, " (pid ", p.pid, ") stopped responding for ",
                                     config.peer_timeout_s, " s"));
-        failed = true;
-      }
-    }
-    for (auto& p : peers) {
-      if (failed) break;
-      if (header(p.base)->closed.load()) {
-        fail(p.rank, detail::concat("rank ", p.rank, " (pid ", p.pid, ") left the group (its process group was destroyed)"));
-        failed = true;
+        break;
       }
     }
   }
@@ -354,15 +382,20 @@ ShmDomain::ShmDomain(Store& store, int rank, int size, const std::vector<int>& p
     throw;
   }
   for (auto& p : d.peers) {
-    d.pairs[p.rank] = std::make_unique<ShmPair>(&d, p.rank, d.channel(p.base, rank), d.slot_data(p.base, rank),
-                                                d.channel(d.mine, p.rank), d.slot_data(d.mine, p.rank));
+    d.pairs[p.rank] = std::make_unique<ShmPair>(&d, p.rank, d.header(p.base), d.channel(p.base, rank),
+                                                d.slot_data(p.base, rank), d.channel(d.mine, p.rank),
+                                                d.slot_data(d.mine, p.rank));
   }
   d.monitor = std::thread([&d] { d.monitor_loop(); });
 }
 
 ShmDomain::~ShmDomain() {
   Impl& d = *impl_;
-  if (d.mine) d.header(d.mine)->closed.store(1);
+  // The group's calls are over (the engine drained them), so everything this rank sends has
+  // been published: peers may consume it after this point, even after this process exits.
+  if (d.mine) d.header(d.mine)->closed.store(1, std::memory_order_seq_cst);
+  for (auto& p : d.pairs)
+    if (p) p->wake_peer();
   d.stop.store(true);
   if (d.monitor.joinable()) d.monitor.join();
   d.pairs.clear();

@@ -17,6 +17,12 @@
 // Liveness: a monitor thread bumps this rank's heartbeat every 20 ms and checks each peer's
 // pid (gone or zombie = dead) and heartbeat (silent for peer_timeout_s = dead), and wakes
 // every waiter so it fails with PeerFailure naming the rank.
+//
+// Leaving: a rank whose group is destroyed sets `closed` in its segment after everything it
+// sent, and wakes its peers' waiters. A peer that closed is not dead when its process exits
+// or its heartbeat stops; it fails only the waits on its own pair that can no longer
+// complete (a receive once its channel is drained, a send that needs a slot it would free).
+// Waits on other pairs go on: a rank may leave as soon as its part of a collective is done.
 #pragma once
 
 #include <memory>

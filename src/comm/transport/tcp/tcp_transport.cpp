@@ -17,6 +17,9 @@ namespace paratrain::comm::tcp {
 namespace {
 
 constexpr uint32_t kHelloMagic = 0x50544350;  // "PTCP"
+// In place of a segment's length: the sender closed its group cleanly after everything it
+// sent on this stream (a plain EOF without it means the peer died or its connection broke).
+constexpr uint32_t kGoodbye = 0xffffffffu;
 
 struct Hello {
   uint32_t magic;
@@ -85,22 +88,35 @@ class TcpPair : public Pair {
     recv_len_.assign(K_, 0);
     recv_ready_.assign(K_, 0);
     for (size_t s = 0; s < socks_.size(); ++s) {
-      threads_.emplace_back([this, s] { sender(s); });
-      threads_.emplace_back([this, s] { receiver(s); });
+      senders_.emplace_back([this, s] { sender(s); });
+      receivers_.emplace_back([this, s] { receiver(s); });
     }
   }
   ~TcpPair() override {
+    bool clean;
     {
-      // Let the sender threads put everything already published on the wire (bounded).
+      // Let the sender threads put everything already published on the wire (bounded): every
+      // stream's last segment, not just the newest one (the streams run independently).
       std::unique_lock<std::mutex> l(mu_);
-      cv_.wait_for(l, std::chrono::seconds(10), [&] {
-        return !failure_.empty() || head_ == 0 || send_done_[(head_ - 1) % K_] >= head_;
-      });
+      clean = cv_.wait_for(l, std::chrono::seconds(10), [&] { return !failure_.empty() || all_sent(); }) &&
+              failure_.empty();
       stop_ = true;
     }
     cv_.notify_all();
-    for (auto& s : socks_) s.shutdown();
-    for (auto& t : threads_) t.join();
+    if (clean) {
+      // Everything published is on the wire, so the senders only wait for more: they return.
+      for (auto& t : senders_) t.join();
+      // Tell the peer this end closed cleanly, after its data on every stream. Never blocks:
+      // where the 4 bytes do not fit (a peer that stopped reading) it sees a plain EOF.
+      for (auto& s : socks_) {
+        uint32_t bye = kGoodbye;
+        (void)::send(s.fd(), &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
+      }
+    }
+    for (auto& s : socks_) s.shutdown();  // wakes a sender still blocked in a write
+    for (auto& t : senders_)
+      if (t.joinable()) t.join();
+    for (auto& t : receivers_) t.join();
   }
   int peer() const override { return peer_; }
   size_t slot_bytes() const override { return cfg_.slot_bytes; }
@@ -135,19 +151,32 @@ class TcpPair : public Pair {
   }
 
  private:
+  // Every published segment is on the wire. Older ones than the last K_ are: their slots
+  // were reused (send_begin waits for that).
+  bool all_sent() const {
+    for (size_t seq = head_ - std::min(head_, K_); seq < head_; ++seq)
+      if (send_done_[seq % K_] < seq + 1) return false;
+    return true;
+  }
   // for_recv: the wait needs segment tail_, which travels on stream tail_ % S; only that
   // stream's end (or a broken write) fails it, so data already on its way is never lost.
+  // A stream that ended with the peer's goodbye (it closed its group) fails only the waits
+  // that need it, and names the peer as having left; only other ends count as failures of
+  // the domain (FirstFailure), so a rank that left never takes the blame for a later one.
   template <typename Pred>
   void wait(std::unique_lock<std::mutex>& l, const Deadline& deadline, const char* what, Pred ready,
             bool for_recv = false) {
     for (;;) {
       if (ready()) return;
-      bool broken = !failure_.empty() || (for_recv && eof_[tail_ % socks_.size()]);
+      const size_t stream = tail_ % socks_.size();
+      bool broken = !failure_.empty() || (for_recv && eof_[stream]);
       if (broken) {
         int p = peer_;
-        std::string w = failure_.empty() ? detail::concat("connection to rank ", peer_, " closed (rank ", peer_,
-                                                          " died or left the group)")
-                                         : failure_;
+        std::string w = !failure_.empty() ? failure_
+                        : goodbye_[stream]
+                            ? detail::concat("rank ", peer_, " left the group (its process group was destroyed)")
+                            : detail::concat("connection to rank ", peer_, " closed (rank ", peer_,
+                                             " died or left the group)");
         first_->record(p, w);
         first_->get(&p, &w);  // name the first rank whose connection broke
         throw PeerFailure(p, w);
@@ -167,12 +196,14 @@ class TcpPair : public Pair {
     }
     cv_.notify_all();
   }
-  void stream_ended(size_t s) {
+  void stream_ended(size_t s, bool goodbye) {
     {
       std::lock_guard<std::mutex> l(mu_);
       eof_[s] = true;
-      if (!stop_) first_->record(peer_, detail::concat("connection to rank ", peer_, " closed (rank ", peer_,
-                                                       " died or left the group)"));
+      goodbye_[s] = goodbye;
+      if (!stop_ && !goodbye)
+        first_->record(peer_, detail::concat("connection to rank ", peer_, " closed (rank ", peer_,
+                                             " died or left the group)"));
     }
     cv_.notify_all();
   }
@@ -202,9 +233,10 @@ class TcpPair : public Pair {
     size_t S = socks_.size();
     for (size_t seq = s;; seq += S) {
       size_t slot = seq % K_;
-      uint32_t len;
-      if (!recv_all(socks_[s].fd(), &len, 4)) {
-        stream_ended(s);
+      uint32_t len = 0;
+      const bool got = recv_all(socks_[s].fd(), &len, 4);
+      if (!got || len == kGoodbye) {
+        stream_ended(s, got);
         return;
       }
       {
@@ -238,7 +270,8 @@ class TcpPair : public Pair {
   std::string failure_;
   FirstFailure* first_;
   std::vector<char> eof_ = std::vector<char>(16, 0);
-  std::vector<std::thread> threads_;
+  std::vector<char> goodbye_ = std::vector<char>(16, 0);  // eof_ came after the peer's goodbye
+  std::vector<std::thread> senders_, receivers_;
 };
 
 struct TcpDomain::Impl {

@@ -10,7 +10,10 @@
 // between network namespaces as long as the address is routable.
 //
 // Liveness: a peer that dies closes its sockets (the kernel does it on SIGKILL), so the
-// receiver sees EOF and every waiter fails with PeerFailure naming the rank.
+// receiver sees EOF and the waits on that pair fail with PeerFailure naming the rank. A peer
+// that closes its group cleanly first sends a goodbye on each stream after its last segment:
+// the waits that need more of its data then fail ("left the group") once they have consumed
+// everything it sent, and the close is never blamed for another pair's failure.
 #pragma once
 
 #include <memory>
