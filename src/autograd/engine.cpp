@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "paratrain/autograd/profiler.h"
+#include "paratrain/kernels/registry.h"
 
 namespace paratrain::autograd {
 
@@ -15,11 +16,7 @@ void accumulate_into(Tensor& dst, const Tensor& src) {
            shape_str(dst.shape()));
   PT_CHECK(dst.dtype() == DType::F32 && src.dtype() == DType::F32, "gradients are f32");
   Tensor s = src.contiguous();
-  float* d = dst.data<float>();
-  const float* p = s.data<float>();
-  const int64_t n = dst.numel();
-#pragma omp parallel for simd if (n > (1 << 16)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) d[i] += p[i];
+  kernels::kernel(&kernels::Registry::add, dst)(dst.data_ptr(), dst.data_ptr(), s.data_ptr(), dst.numel());
 }
 
 // The gradient buffer of one tensor: the first contribution is kept as is (no copy), later

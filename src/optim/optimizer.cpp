@@ -2,11 +2,12 @@
 
 #include <cmath>
 
-#include "paratrain/kernels/cpu.h"
+#include "paratrain/kernels/registry.h"
 
 namespace paratrain::optim {
 
-namespace k = paratrain::kernels::cpu;
+using kernels::kernel;
+using kernels::Registry;
 
 namespace {
 bool decays(int64_t dim, bool decay_2d_only) { return !decay_2d_only || dim >= 2; }
@@ -47,7 +48,7 @@ void AdamW::step() {
     if (!g.defined()) continue;
     g = g.contiguous();
     const float wd = decays(param_dim(i), opts_.decay_2d_only) ? static_cast<float>(opts_.weight_decay) : 0.0f;
-    k::adamw_update(p.data<float>(), g.data<float>(), m_[i].data<float>(), v_[i].data<float>(), p.numel(),
+    kernel(&Registry::adamw_update, p)(p.data<float>(), g.data<float>(), m_[i].data<float>(), v_[i].data<float>(), p.numel(),
                     static_cast<float>(lr_), static_cast<float>(opts_.beta1), static_cast<float>(opts_.beta2),
                     static_cast<float>(opts_.eps), wd, step_);
   }
@@ -86,7 +87,7 @@ void SGD::step() {
     if (!g.defined()) continue;
     g = g.contiguous();
     const float wd = decays(param_dim(i), opts_.decay_2d_only) ? static_cast<float>(opts_.weight_decay) : 0.0f;
-    k::sgd_update(p.data<float>(), g.data<float>(), buf_[i].defined() ? buf_[i].data<float>() : nullptr, p.numel(),
+    kernel(&Registry::sgd_update, p)(p.data<float>(), g.data<float>(), buf_[i].defined() ? buf_[i].data<float>() : nullptr, p.numel(),
                   static_cast<float>(lr_), static_cast<float>(opts_.momentum), static_cast<float>(opts_.dampening), wd,
                   opts_.nesterov, !has_buf_[i]);
     has_buf_[i] = true;
@@ -129,7 +130,7 @@ double grad_norm(const NamedParams& params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     g = g.contiguous();
-    sq += k::sum_squares(g.data<float>(), g.numel());
+    sq += kernel(&Registry::sum_squares, g)(g.data<float>(), g.numel());
   }
   return std::sqrt(sq);
 }
@@ -141,7 +142,7 @@ double clip_grad_norm(const NamedParams& params, double max_norm, double norm) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     PT_CHECK(g.is_contiguous(), "gradients are contiguous");
-    k::scale(g.data<float>(), g.data<float>(), coef, g.numel());
+    kernel(&Registry::scale, g)(g.data<float>(), g.data<float>(), coef, g.numel());
   }
   return norm;
 }

@@ -5,11 +5,14 @@
 
 #include "paratrain/autograd/engine.h"
 #include "paratrain/kernels/cpu.h"
+#include "paratrain/kernels/registry.h"
 #include "paratrain/tensor/tensor.h"
 
 namespace paratrain::ops::detail {
 
-namespace k = paratrain::kernels::cpu;
+namespace k = paratrain::kernels::cpu;  // constants and shape helpers only; kernels via kernel()
+using kernels::kernel;  // kernel(&Registry::gelu_forward, x): the kernel for x's (device, dtype)
+using kernels::Registry;
 
 // x as a contiguous f32 tensor; InputError naming the op otherwise.
 Tensor f32_contiguous(const Tensor& x, const char* op, const char* what);

@@ -12,7 +12,7 @@ Tensor add(const Tensor& a_in, const Tensor& b_in) {
   expect_same_shape(a_in, b_in, "add");
   Tensor a = f32_contiguous(a_in, "add", "a"), b = f32_contiguous(b_in, "add", "b");
   Tensor out = Tensor::empty(a.shape());
-  k::add(out.data<float>(), a.data<float>(), b.data<float>(), a.numel());
+  kernel(&Registry::add, a)(out.data<float>(), a.data<float>(), b.data<float>(), a.numel());
   if (autograd::any_requires_grad({&a_in, &b_in}))
     record_lambda("add", {&a_in, &b_in}, {&out}, [](std::vector<Tensor>& g) { return std::vector<Tensor>{g[0], g[0]}; });
   return out;
@@ -23,12 +23,12 @@ Tensor sub(const Tensor& a_in, const Tensor& b_in) {
   expect_same_shape(a_in, b_in, "sub");
   Tensor a = f32_contiguous(a_in, "sub", "a"), b = f32_contiguous(b_in, "sub", "b");
   Tensor out = Tensor::empty(a.shape());
-  k::sub(out.data<float>(), a.data<float>(), b.data<float>(), a.numel());
+  kernel(&Registry::sub, a)(out.data<float>(), a.data<float>(), b.data<float>(), a.numel());
   if (autograd::any_requires_grad({&a_in, &b_in}))
     record_lambda("sub", {&a_in, &b_in}, {&out}, [](std::vector<Tensor>& g) {
       Tensor gc = g[0].contiguous();
       Tensor nb = Tensor::empty(gc.shape());
-      k::scale(nb.data<float>(), gc.data<float>(), -1.0f, gc.numel());
+      kernel(&Registry::scale, gc)(nb.data<float>(), gc.data<float>(), -1.0f, gc.numel());
       return std::vector<Tensor>{gc, nb};
     });
   return out;
@@ -39,14 +39,14 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
   expect_same_shape(a_in, b_in, "mul");
   Tensor a = f32_contiguous(a_in, "mul", "a"), b = f32_contiguous(b_in, "mul", "b");
   Tensor out = Tensor::empty(a.shape());
-  k::mul(out.data<float>(), a.data<float>(), b.data<float>(), a.numel());
+  kernel(&Registry::mul, a)(out.data<float>(), a.data<float>(), b.data<float>(), a.numel());
   if (autograd::any_requires_grad({&a_in, &b_in})) {
     Tensor sa = a.detach(), sb = b.detach();
     record_lambda("mul", {&a_in, &b_in}, {&out}, [sa, sb](std::vector<Tensor>& g) {
       Tensor gc = g[0].contiguous();
       Tensor da = Tensor::empty(gc.shape()), db = Tensor::empty(gc.shape());
-      k::mul(da.data<float>(), gc.data<float>(), sb.data<float>(), gc.numel());
-      k::mul(db.data<float>(), gc.data<float>(), sa.data<float>(), gc.numel());
+      kernel(&Registry::mul, gc)(da.data<float>(), gc.data<float>(), sb.data<float>(), gc.numel());
+      kernel(&Registry::mul, gc)(db.data<float>(), gc.data<float>(), sa.data<float>(), gc.numel());
       return std::vector<Tensor>{da, db};
     });
   }
@@ -57,12 +57,12 @@ Tensor scale(const Tensor& a_in, float s) {
   autograd::profiler::OpScope op_scope("scale", false);
   Tensor a = f32_contiguous(a_in, "scale", "a");
   Tensor out = Tensor::empty(a.shape());
-  k::scale(out.data<float>(), a.data<float>(), s, a.numel());
+  kernel(&Registry::scale, a)(out.data<float>(), a.data<float>(), s, a.numel());
   if (autograd::any_requires_grad({&a_in}))
     record_lambda("scale", {&a_in}, {&out}, [s](std::vector<Tensor>& g) {
       Tensor gc = g[0].contiguous();
       Tensor d = Tensor::empty(gc.shape());
-      k::scale(d.data<float>(), gc.data<float>(), s, gc.numel());
+      kernel(&Registry::scale, gc)(d.data<float>(), gc.data<float>(), s, gc.numel());
       return std::vector<Tensor>{d};
     });
   return out;
@@ -73,13 +73,13 @@ template <typename Fwd, typename Bwd>
 static Tensor activation(const char* name, const Tensor& x_in, Fwd fwd, Bwd bwd, bool save_output) {
   Tensor x = f32_contiguous(x_in, name, "input");
   Tensor out = Tensor::empty(x.shape());
-  fwd(out.data<float>(), x.data<float>(), x.numel());
+  kernel(fwd, x)(out.data<float>(), x.data<float>(), x.numel());
   if (autograd::any_requires_grad({&x_in})) {
     Tensor saved = save_output ? out.detach() : x.detach();
     record_lambda(name, {&x_in}, {&out}, [saved, bwd](std::vector<Tensor>& g) {
       Tensor gc = g[0].contiguous();
       Tensor d = Tensor::zeros(gc.shape());
-      bwd(d.data<float>(), gc.data<float>(), saved.data<float>(), gc.numel());
+      kernel(bwd, gc)(d.data<float>(), gc.data<float>(), saved.data<float>(), gc.numel());
       return std::vector<Tensor>{d};
     });
   }
@@ -88,24 +88,24 @@ static Tensor activation(const char* name, const Tensor& x_in, Fwd fwd, Bwd bwd,
 
 Tensor relu(const Tensor& x) {
   autograd::profiler::OpScope op_scope("relu", false);
-  return activation("relu", x, k::relu_forward, k::relu_backward, false);
+  return activation("relu", x, &Registry::relu_forward, &Registry::relu_backward, false);
 }
 Tensor gelu(const Tensor& x) {
   autograd::profiler::OpScope op_scope("gelu", false);
-  return activation("gelu", x, k::gelu_forward, k::gelu_backward, false);
+  return activation("gelu", x, &Registry::gelu_forward, &Registry::gelu_backward, false);
 }
 Tensor tanh(const Tensor& x) {
   autograd::profiler::OpScope op_scope("tanh", false);
-  return activation("tanh", x, k::tanh_forward, k::tanh_backward, true);
+  return activation("tanh", x, &Registry::tanh_forward, &Registry::tanh_backward, true);
 }
 Tensor sigmoid(const Tensor& x) {
   autograd::profiler::OpScope op_scope("sigmoid", false);
-  return activation("sigmoid", x, k::sigmoid_forward, k::sigmoid_backward, true);
+  return activation("sigmoid", x, &Registry::sigmoid_forward, &Registry::sigmoid_backward, true);
 }
 
 static Tensor reduce_scalar(const char* name, const Tensor& x_in, double factor) {
   Tensor x = f32_contiguous(x_in, name, "input");
-  Tensor out = Tensor::full({}, k::sum(x.data<float>(), x.numel()) * factor);
+  Tensor out = Tensor::full({}, kernel(&Registry::sum, x)(x.data<float>(), x.numel()) * factor);
   if (autograd::any_requires_grad({&x_in})) {
     Shape shape = x.shape();
     record_lambda(name, {&x_in}, {&out}, [shape, factor](std::vector<Tensor>& g) {
@@ -147,12 +147,12 @@ Tensor dropout(const Tensor& x_in, float p, bool training, Generator& gen) {
   for (int64_t i = 0; i < n; ++i) m[i] = gen.uniform_f32() >= p ? 1 : 0;
   const float s = 1.0f / (1.0f - p);
   Tensor out = Tensor::empty(x.shape());
-  k::dropout_forward(out.data<float>(), x.data<float>(), m, s, n);
+  kernel(&Registry::dropout_forward, x)(out.data<float>(), x.data<float>(), m, s, n);
   if (autograd::any_requires_grad({&x_in}))
     record_lambda("dropout", {&x_in}, {&out}, [mask, s](std::vector<Tensor>& g) {
       Tensor gc = g[0].contiguous();
       Tensor d = Tensor::zeros(gc.shape());
-      k::dropout_backward(d.data<float>(), gc.data<float>(), mask.data<uint8_t>(), s, gc.numel());
+      kernel(&Registry::dropout_backward, gc)(d.data<float>(), gc.data<float>(), mask.data<uint8_t>(), s, gc.numel());
       return std::vector<Tensor>{d};
     });
   return out;

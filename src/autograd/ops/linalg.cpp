@@ -14,25 +14,28 @@ Shape with_last(const Shape& s, int64_t last) {
   return r;
 }
 
+using GemmFn = decltype(Registry::gemm)::Fn;
+
 // out (M,N) = a (M,K) @ op(b), op(b) = b (K,N) or b^T with b (N,K).
-void forward_gemm(float* out, const float* a, const float* b, int64_t M, int64_t N, int64_t K, bool trans_b) {
-  k::gemm(false, trans_b, M, N, K, 1.0f, a, K, b, trans_b ? K : N, 0.0f, out, N);
+void forward_gemm(GemmFn gemm, float* out, const float* a, const float* b, int64_t M, int64_t N, int64_t K,
+                  bool trans_b) {
+  gemm(false, trans_b, M, N, K, 1.0f, a, K, b, trans_b ? K : N, 0.0f, out, N);
 }
 
 // Gradients of out = a @ op(b): da (M,K), db shaped like b.
-void backward_gemm(float* da, float* db, const float* dout, const float* a, const float* b, int64_t M, int64_t N,
-                   int64_t K, bool trans_b) {
+void backward_gemm(GemmFn gemm, float* da, float* db, const float* dout, const float* a, const float* b, int64_t M,
+                   int64_t N, int64_t K, bool trans_b) {
   if (da) {
     if (trans_b)  // b (N,K): da = dout @ b
-      k::gemm(false, false, M, K, N, 1.0f, dout, N, b, K, 0.0f, da, K);
+      gemm(false, false, M, K, N, 1.0f, dout, N, b, K, 0.0f, da, K);
     else  // b (K,N): da = dout @ b^T
-      k::gemm(false, true, M, K, N, 1.0f, dout, N, b, N, 0.0f, da, K);
+      gemm(false, true, M, K, N, 1.0f, dout, N, b, N, 0.0f, da, K);
   }
   if (db) {
     if (trans_b)  // db (N,K) = dout^T @ a
-      k::gemm(true, false, N, K, M, 1.0f, dout, N, a, K, 0.0f, db, K);
+      gemm(true, false, N, K, M, 1.0f, dout, N, a, K, 0.0f, db, K);
     else  // db (K,N) = a^T @ dout
-      k::gemm(true, false, K, N, M, 1.0f, a, K, dout, N, 0.0f, db, N);
+      gemm(true, false, K, N, M, 1.0f, a, K, dout, N, 0.0f, db, N);
   }
 }
 }  // namespace
@@ -55,8 +58,8 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool i
     if (b.numel() != N) PT_THROW(InputError, "linear: bias ", shape_str(b.shape()), " for ", N, " outputs");
   }
   Tensor out = Tensor::empty(with_last(x.shape(), N));
-  forward_gemm(out.data<float>(), x.data<float>(), w.data<float>(), M, N, K, trans_b);
-  if (b.defined()) k::bias_add(out.data<float>(), b.data<float>(), M, N);
+  forward_gemm(kernel(&Registry::gemm, x), out.data<float>(), x.data<float>(), w.data<float>(), M, N, K, trans_b);
+  if (b.defined()) kernel(&Registry::bias_add, out)(out.data<float>(), b.data<float>(), M, N);
   if (autograd::any_requires_grad({&x_in, &w_in, &b_in})) {
     Tensor sx = x.detach(), sw = w.detach();
     bool has_bias = b.defined();
@@ -68,11 +71,11 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool i
       Tensor dx, dw, db;
       if (raw->needs_input_grad(0)) dx = Tensor::empty(sx.shape());
       if (raw->needs_input_grad(1)) dw = Tensor::empty(sw.shape());
-      backward_gemm(dx.defined() ? dx.data<float>() : nullptr, dw.defined() ? dw.data<float>() : nullptr,
+      backward_gemm(kernel(&Registry::gemm, dout), dx.defined() ? dx.data<float>() : nullptr, dw.defined() ? dw.data<float>() : nullptr,
                     dout.data<float>(), sx.data<float>(), sw.data<float>(), M, N, K, trans_b);
       if (has_bias && raw->needs_input_grad(2)) {
         db = Tensor::zeros({N});
-        k::bias_backward(db.data<float>(), dout.data<float>(), M, N);
+        kernel(&Registry::bias_backward, dout)(db.data<float>(), dout.data<float>(), M, N);
       }
       return std::vector<Tensor>{dx, dw, db};
     });
@@ -91,16 +94,16 @@ Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
     PT_THROW(InputError, "bmm: shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()), " do not fit");
   const int64_t Bt = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
   Tensor out = Tensor::empty({Bt, M, N});
-  k::gemm_batched(false, false, M, N, K, 1.0f, a.data<float>(), K, b.data<float>(), N, 0.0f, out.data<float>(), N, Bt,
+  kernel(&Registry::gemm_batched, a)(false, false, M, N, K, 1.0f, a.data<float>(), K, b.data<float>(), N, 0.0f, out.data<float>(), N, Bt,
                   M * K, K * N, M * N);
   if (autograd::any_requires_grad({&a_in, &b_in})) {
     Tensor sa = a.detach(), sb = b.detach();
     record_lambda("bmm", {&a_in, &b_in}, {&out}, [sa, sb, Bt, M, N, K](std::vector<Tensor>& g) {
       Tensor dout = g[0].contiguous();
       Tensor da = Tensor::empty(sa.shape()), db = Tensor::empty(sb.shape());
-      k::gemm_batched(false, true, M, K, N, 1.0f, dout.data<float>(), N, sb.data<float>(), N, 0.0f, da.data<float>(),
+      kernel(&Registry::gemm_batched, dout)(false, true, M, K, N, 1.0f, dout.data<float>(), N, sb.data<float>(), N, 0.0f, da.data<float>(),
                       K, Bt, M * N, K * N, M * K);
-      k::gemm_batched(true, false, K, N, M, 1.0f, sa.data<float>(), K, dout.data<float>(), N, 0.0f, db.data<float>(),
+      kernel(&Registry::gemm_batched, dout)(true, false, K, N, M, 1.0f, sa.data<float>(), K, dout.data<float>(), N, 0.0f, db.data<float>(),
                       N, Bt, M * K, M * N, K * N);
       return std::vector<Tensor>{da, db};
     });

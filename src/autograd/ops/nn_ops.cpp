@@ -19,7 +19,7 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, fl
   if ((w.defined() && w.numel() != C) || (b.defined() && b.numel() != C))
     PT_THROW(InputError, "layer_norm: weight/bias do not match the last dim ", C, " of ", shape_str(x.shape()));
   Tensor out = Tensor::empty(x.shape()), mean = Tensor::empty({N}), rstd = Tensor::empty({N});
-  k::layernorm_forward(out.data<float>(), mean.data<float>(), rstd.data<float>(), x.data<float>(),
+  kernel(&Registry::layernorm_forward, x)(out.data<float>(), mean.data<float>(), rstd.data<float>(), x.data<float>(),
                        w.defined() ? w.data<float>() : nullptr, b.defined() ? b.data<float>() : nullptr, N, C, eps);
   if (autograd::any_requires_grad({&x_in, &w_in, &b_in})) {
     Tensor sx = x.detach(), sw = w.defined() ? w.detach() : Tensor();
@@ -30,7 +30,7 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, fl
                        if (node.needs_input_grad(0)) dx = Tensor::zeros(sx.shape());
                        if (node.needs_input_grad(1)) dw = Tensor::zeros({C});
                        if (node.needs_input_grad(2)) db = Tensor::zeros({C});
-                       k::layernorm_backward(dx.defined() ? dx.data<float>() : nullptr,
+                       kernel(&Registry::layernorm_backward, dout)(dx.defined() ? dx.data<float>() : nullptr,
                                              dw.defined() ? dw.data<float>() : nullptr,
                                              db.defined() ? db.data<float>() : nullptr, dout.data<float>(),
                                              sx.data<float>(), sw.defined() ? sw.data<float>() : nullptr,
@@ -46,13 +46,13 @@ static Tensor row_softmax(const char* name, const Tensor& x_in, Fwd fwd, Bwd bwd
   Tensor x = f32_contiguous(x_in, name, "input");
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
   Tensor out = Tensor::empty(x.shape());
-  fwd(out.data<float>(), x.data<float>(), N, C);
+  kernel(fwd, x)(out.data<float>(), x.data<float>(), N, C);
   if (autograd::any_requires_grad({&x_in})) {
     Tensor so = out.detach();
     record_lambda(name, {&x_in}, {&out}, [so, bwd, N, C](std::vector<Tensor>& g) {
       Tensor dout = g[0].contiguous();
       Tensor dx = Tensor::zeros(so.shape());
-      bwd(dx.data<float>(), dout.data<float>(), so.data<float>(), N, C);
+      kernel(bwd, dout)(dx.data<float>(), dout.data<float>(), so.data<float>(), N, C);
       return std::vector<Tensor>{dx};
     });
   }
@@ -61,11 +61,11 @@ static Tensor row_softmax(const char* name, const Tensor& x_in, Fwd fwd, Bwd bwd
 
 Tensor softmax(const Tensor& x) {
   autograd::profiler::OpScope op_scope("softmax", false);
-  return row_softmax("softmax", x, k::softmax_forward, k::softmax_backward);
+  return row_softmax("softmax", x, &Registry::softmax_forward, &Registry::softmax_backward);
 }
 Tensor log_softmax(const Tensor& x) {
   autograd::profiler::OpScope op_scope("log_softmax", false);
-  return row_softmax("log_softmax", x, k::log_softmax_forward, k::log_softmax_backward);
+  return row_softmax("log_softmax", x, &Registry::log_softmax_forward, &Registry::log_softmax_backward);
 }
 
 Tensor embedding(const Tensor& tokens_in, const Tensor& wte_in) {
@@ -77,12 +77,12 @@ Tensor embedding(const Tensor& tokens_in, const Tensor& wte_in) {
   Shape out_shape = tokens.shape();
   out_shape.push_back(C);
   Tensor out = Tensor::empty(out_shape);
-  k::embedding_forward(out.data<float>(), tokens.data<int32_t>(), wte.data<float>(), N, V, C);
+  kernel(&Registry::embedding_forward, wte)(out.data<float>(), tokens.data<int32_t>(), wte.data<float>(), N, V, C);
   if (autograd::any_requires_grad({&wte_in})) {
     record_lambda("embedding", {&tokens_in, &wte_in}, {&out}, [tokens, V, C, N](std::vector<Tensor>& g) {
       Tensor dout = g[0].contiguous();
       Tensor dwte = Tensor::zeros({V, C});
-      k::embedding_backward(dwte.data<float>(), dout.data<float>(), tokens.data<int32_t>(), N, V, C);
+      kernel(&Registry::embedding_backward, dout)(dwte.data<float>(), dout.data<float>(), tokens.data<int32_t>(), N, V, C);
       return std::vector<Tensor>{Tensor(), dwte};
     });
   }
@@ -99,7 +99,7 @@ Tensor gpt_embedding(const Tensor& tokens_in, const Tensor& wte_in, const Tensor
   if (wpe.size(1) != C || T > wpe.size(0))
     PT_THROW(InputError, "gpt_embedding: sequence length ", T, " exceeds the block size ", wpe.size(0));
   Tensor out = Tensor::empty({B, T, C});
-  k::encoder_forward(out.data<float>(), tokens.data<int32_t>(), wte.data<float>(), wpe.data<float>(), B, T, V, C);
+  kernel(&Registry::encoder_forward, wte)(out.data<float>(), tokens.data<int32_t>(), wte.data<float>(), wpe.data<float>(), B, T, V, C);
   if (autograd::any_requires_grad({&wte_in, &wpe_in})) {
     Shape wpe_shape = wpe.shape();
     record_with_node("gpt_embedding", {&tokens_in, &wte_in, &wpe_in}, {&out},
@@ -108,7 +108,7 @@ Tensor gpt_embedding(const Tensor& tokens_in, const Tensor& wte_in, const Tensor
                        Tensor dwte, dwpe;
                        if (node.needs_input_grad(1)) dwte = Tensor::zeros({V, C});
                        if (node.needs_input_grad(2)) dwpe = Tensor::zeros(wpe_shape);
-                       k::encoder_backward(dwte.defined() ? dwte.data<float>() : nullptr,
+                       kernel(&Registry::encoder_backward, dout)(dwte.defined() ? dwte.data<float>() : nullptr,
                                            dwpe.defined() ? dwpe.data<float>() : nullptr, dout.data<float>(),
                                            tokens.data<int32_t>(), B, T, V, C);
                        return std::vector<Tensor>{Tensor(), dwte, dwpe};
@@ -126,13 +126,13 @@ Tensor causal_self_attention(const Tensor& qkv_in, int64_t n_head) {
   if (n_head <= 0 || C % n_head != 0)
     PT_THROW(InputError, "causal_self_attention: width ", C, " is not divisible by ", n_head, " heads");
   Tensor out = Tensor::empty({B, T, C}), lse = Tensor::empty({B, n_head, T});
-  k::attention_forward(out.data<float>(), lse.data<float>(), qkv.data<float>(), B, T, C, n_head);
+  kernel(&Registry::attention_forward, qkv)(out.data<float>(), lse.data<float>(), qkv.data<float>(), B, T, C, n_head);
   if (autograd::any_requires_grad({&qkv_in})) {
     Tensor sq = qkv.detach(), so = out.detach();
     record_lambda("causal_self_attention", {&qkv_in}, {&out}, [sq, so, lse, B, T, C, n_head](std::vector<Tensor>& g) {
       Tensor dout = g[0].contiguous();
       Tensor dqkv = Tensor::zeros(sq.shape());
-      k::attention_backward(dqkv.data<float>(), dout.data<float>(), sq.data<float>(), so.data<float>(),
+      kernel(&Registry::attention_backward, dout)(dqkv.data<float>(), dout.data<float>(), sq.data<float>(), so.data<float>(),
                             lse.data<float>(), B, T, C, n_head);
       return std::vector<Tensor>{dqkv};
     });
@@ -149,11 +149,11 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in) {
     PT_THROW(InputError, "cross_entropy: ", targets.numel(), " targets for ", N, " rows of logits ",
              shape_str(logits.shape()));
   Tensor losses = Tensor::empty({N}), lse = Tensor::empty({N});
-  k::crossentropy_forward(losses.data<float>(), lse.data<float>(), logits.data<float>(), targets.data<int32_t>(), N, V);
+  kernel(&Registry::crossentropy_forward, logits)(losses.data<float>(), lse.data<float>(), logits.data<float>(), targets.data<int32_t>(), N, V);
   int64_t count = 0;
   const int32_t* t = targets.data<int32_t>();
   for (int64_t i = 0; i < N; ++i) count += t[i] != k::kIgnoreIndex;
-  const double total = k::sum(losses.data<float>(), N);
+  const double total = kernel(&Registry::sum, losses)(losses.data<float>(), N);
   Tensor out = Tensor::full({}, count ? total / static_cast<double>(count) : 0.0);
   if (autograd::any_requires_grad({&logits_in})) {
     Tensor sl = logits.detach();
@@ -162,7 +162,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in) {
                     const float scale = count ? static_cast<float>(g[0].item() / static_cast<double>(count)) : 0.0f;
                     Tensor dl = Tensor::full({N}, scale);
                     Tensor dlogits = Tensor::empty(sl.shape());
-                    k::crossentropy_backward(dlogits.data<float>(), dl.data<float>(), sl.data<float>(),
+                    kernel(&Registry::crossentropy_backward, dlogits)(dlogits.data<float>(), dl.data<float>(), sl.data<float>(),
                                              lse.data<float>(), targets.data<int32_t>(), N, V);
                     return std::vector<Tensor>{dlogits, Tensor()};
                   });
@@ -180,7 +180,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_
   const int64_t N = x.size(0), Ci = x.size(1), H = x.size(2), W = x.size(3), Co = w.size(0), K = w.size(2);
   const int64_t Ho = k::conv2d_out_size(H, K, stride, padding), Wo = k::conv2d_out_size(W, K, stride, padding);
   Tensor out = Tensor::empty({N, Co, Ho, Wo});
-  k::conv2d_forward(out.data<float>(), x.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr, N,
+  kernel(&Registry::conv2d_forward, x)(out.data<float>(), x.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr, N,
                     Ci, H, W, Co, K, stride, padding);
   if (autograd::any_requires_grad({&x_in, &w_in, &b_in})) {
     Tensor sx = x.detach(), sw = w.detach();
@@ -192,7 +192,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_
                        if (node.needs_input_grad(0)) dx = Tensor::zeros(sx.shape());
                        if (node.needs_input_grad(1)) dw = Tensor::zeros(sw.shape());
                        if (has_bias && node.needs_input_grad(2)) db = Tensor::zeros({Co});
-                       k::conv2d_backward(dx.defined() ? dx.data<float>() : nullptr,
+                       kernel(&Registry::conv2d_backward, dout)(dx.defined() ? dx.data<float>() : nullptr,
                                           dw.defined() ? dw.data<float>() : nullptr,
                                           db.defined() ? db.data<float>() : nullptr, dout.data<float>(),
                                           sx.data<float>(), sw.data<float>(), N, Ci, H, W, Co, K, stride, padding);
@@ -209,13 +209,13 @@ Tensor max_pool2d(const Tensor& x_in, int64_t kernel, int64_t stride, int64_t pa
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   const int64_t Ho = k::conv2d_out_size(H, kernel, stride, padding), Wo = k::conv2d_out_size(W, kernel, stride, padding);
   Tensor out = Tensor::empty({N, C, Ho, Wo}), argmax = Tensor::empty({N, C, Ho, Wo}, DType::I32);
-  k::maxpool2d_forward(out.data<float>(), argmax.data<int32_t>(), x.data<float>(), N, C, H, W, kernel, stride, padding);
+  detail::kernel(&Registry::maxpool2d_forward, x)(out.data<float>(), argmax.data<int32_t>(), x.data<float>(), N, C, H, W, kernel, stride, padding);
   if (autograd::any_requires_grad({&x_in})) {
     Shape in_shape = x.shape();
     record_lambda("max_pool2d", {&x_in}, {&out}, [argmax, in_shape, N, C, H, W, Ho, Wo](std::vector<Tensor>& g) {
       Tensor dout = g[0].contiguous();
       Tensor dx = Tensor::zeros(in_shape);
-      k::maxpool2d_backward(dx.data<float>(), dout.data<float>(), argmax.data<int32_t>(), N, C, H, W, Ho, Wo);
+      detail::kernel(&Registry::maxpool2d_backward, dout)(dx.data<float>(), dout.data<float>(), argmax.data<int32_t>(), N, C, H, W, Ho, Wo);
       return std::vector<Tensor>{dx};
     });
   }

@@ -16,12 +16,19 @@
 #include <sstream>
 
 #include "paratrain/base/error.h"
-#include "paratrain/kernels/cpu.h"
+#include "paratrain/kernels/registry.h"
 #include "paratrain/tensor/random.h"
 
 namespace paratrain::parallel {
 
-namespace cpu = kernels::cpu;
+namespace {
+using kernels::Registry;
+// The kernel of `table` for the buckets' gradients: f32 on the CPU.
+template <typename Table>
+auto bucket_kernel(Table Registry::*table) {
+  return (kernels::registry().*table).at(Device::CPU, DType::F32);
+}
+}  // namespace
 
 CompressKind parse_compress(const std::string& s) {
   if (s == "none") return CompressKind::None;
@@ -245,12 +252,9 @@ void GradCompressor::launch(Tensor& flat, const std::vector<GradSlot>& slots) {
   }
   if (mode == Mode::Cast16) {
     b.half.resize(static_cast<size_t>(b.numel));
-    cpu::scale(b.flat, b.flat, inv_world, b.numel);
+    bucket_kernel(&Registry::scale)(b.flat, b.flat, inv_world, b.numel);
     const bool f16 = opts_.kind == CompressKind::F16;
-    if (f16)
-      cpu::f32_to_f16(b.half.data(), b.flat, b.numel);
-    else
-      cpu::f32_to_bf16(b.half.data(), b.flat, b.numel);
+    kernels::registry().cast_from_f32.at(Device::CPU, f16 ? DType::F16 : DType::BF16)(b.half.data(), b.flat, b.numel);
     b.first = pg_->allreduce(b.half.data(), static_cast<size_t>(b.numel), f16 ? DType::F16 : DType::BF16,
                              comm::ReduceOp::kSum);
     st.bytes += 2 * b.numel;
@@ -295,9 +299,9 @@ void GradCompressor::launch(Tensor& flat, const std::vector<GradSlot>& slots) {
     if (mem.error.empty())
       mem.error.assign(static_cast<size_t>(mt.n * mt.m), 0.0f);
     else
-      cpu::axpy(mt.M, mem.error.data(), 1.0f, mt.n * mt.m);  // M += e
+      bucket_kernel(&Registry::axpy)(mt.M, mem.error.data(), 1.0f, mt.n * mt.m);  // M += e
     // P (n x r) = M (n x m) Q (m x r)
-    cpu::gemm(false, false, mt.n, r, mt.m, 1.0f, mt.M, mt.m, mem.q.data(), r, 0.0f, pbase + mt.p_off, r);
+    bucket_kernel(&Registry::gemm)(false, false, mt.n, r, mt.m, 1.0f, mt.M, mt.m, mem.q.data(), r, 0.0f, pbase + mt.p_off, r);
   }
   b.first = pg_->allreduce(b.up.data(), b.up.size(), DType::F32, comm::ReduceOp::kSum);
   st.bytes += 4 * static_cast<int64_t>(b.up.size());
@@ -318,14 +322,12 @@ void GradCompressor::finish() {
       wait_work(b.first, timeout_s_);
       b.first.reset();
       if (b.mode == Mode::F32) {
-        cpu::scale(b.flat, b.flat, inv_world, b.numel);
+        bucket_kernel(&Registry::scale)(b.flat, b.flat, inv_world, b.numel);
         continue;
       }
       if (b.mode == Mode::Cast16) {
-        if (opts_.kind == CompressKind::F16)
-          cpu::f16_to_f32(b.flat, b.half.data(), b.numel);
-        else
-          cpu::bf16_to_f32(b.flat, b.half.data(), b.numel);
+        kernels::registry().cast_to_f32.at(Device::CPU, opts_.kind == CompressKind::F16 ? DType::F16 : DType::BF16)(
+            b.flat, b.half.data(), b.numel);
         continue;
       }
       float* pbase = b.up.data() + b.plain_numel;
@@ -333,7 +335,7 @@ void GradCompressor::finish() {
         float* P = pbase + mt.p_off;
         orthogonalize_columns(P, mt.n, r);
         // Q (m x r) = M^T (m x n) P (n x r); a copy stays local for the residual.
-        cpu::gemm(true, false, mt.m, r, mt.n, 1.0f, mt.M, mt.m, P, r, 0.0f, b.q.data() + mt.q_off, r);
+        bucket_kernel(&Registry::gemm)(true, false, mt.m, r, mt.n, 1.0f, mt.M, mt.m, P, r, 0.0f, b.q.data() + mt.q_off, r);
         std::memcpy(st.memory[mt.id].q.data(), b.q.data() + mt.q_off, static_cast<size_t>(mt.m * r) * 4);
       }
       if (!b.mats.empty()) {
@@ -344,12 +346,12 @@ void GradCompressor::finish() {
         // e = M - P Q_local^T: what this rank's share of the approximation left out.
         Memory& mem = st.memory[mt.id];
         std::memcpy(mem.error.data(), mt.M, static_cast<size_t>(mt.n * mt.m) * 4);
-        cpu::gemm(false, true, mt.n, mt.m, r, -1.0f, pbase + mt.p_off, r, mem.q.data(), r, 1.0f, mem.error.data(),
+        bucket_kernel(&Registry::gemm)(false, true, mt.n, mt.m, r, -1.0f, pbase + mt.p_off, r, mem.q.data(), r, 1.0f, mem.error.data(),
                   mt.m);
       }
       int64_t u = 0;
       for (auto [off, n] : b.plain) {
-        cpu::scale(b.flat + off, b.up.data() + u, inv_world, n);
+        bucket_kernel(&Registry::scale)(b.flat + off, b.up.data() + u, inv_world, n);
         u += n;
       }
     }
@@ -362,8 +364,8 @@ void GradCompressor::finish() {
       const float* pbase = b.up.data() + b.plain_numel;
       for (const Matrix& mt : b.mats) {
         Memory& mem = st.memory[mt.id];
-        cpu::scale(mem.q.data(), b.q.data() + mt.q_off, inv_world, mt.m * r);
-        cpu::gemm(false, true, mt.n, mt.m, r, 1.0f, pbase + mt.p_off, r, mem.q.data(), r, 0.0f, mt.M, mt.m);
+        bucket_kernel(&Registry::scale)(mem.q.data(), b.q.data() + mt.q_off, inv_world, mt.m * r);
+        bucket_kernel(&Registry::gemm)(false, true, mt.n, mt.m, r, 1.0f, pbase + mt.p_off, r, mem.q.data(), r, 0.0f, mt.M, mt.m);
       }
     }
   } catch (...) {

@@ -18,11 +18,10 @@
 #include <vector>
 
 #include "paratrain/base/error.h"
-#include "paratrain/kernels/cpu.h"
+#include "paratrain/kernels/registry.h"
 
 namespace paratrain::parallel {
 
-namespace k = paratrain::kernels::cpu;
 
 optim::NamedParams zero_pieces(DistributedDataParallel& ddp) {
   if (ddp.options().zero_stage == 0)
@@ -54,7 +53,7 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, optim::Optimizer& opt
 
 double ZeroOptimizer::grad_norm() {
   double sq = 0.0;
-  for (const auto& p : pieces_) sq += k::sum_squares(p.grad.data<float>(), p.grad.numel());
+  for (const auto& p : pieces_) sq += kernels::kernel(&kernels::Registry::sum_squares, p.grad)(p.grad.data<float>(), p.grad.numel());
   const auto& pg = ddp_.process_group();
   if (pg && pg->size() > 1) {
     std::vector<int64_t> all(static_cast<size_t>(pg->size()));
@@ -74,7 +73,7 @@ double ZeroOptimizer::grad_norm() {
 void ZeroOptimizer::clip_grad_norm(double max_norm, double norm) {
   if (max_norm <= 0.0 || norm <= max_norm) return;
   const float coef = static_cast<float>(max_norm / (norm + 1e-6));  // as optim::clip_grad_norm
-  for (const auto& p : pieces_) k::scale(p.grad.data<float>(), p.grad.data<float>(), coef, p.grad.numel());
+  for (const auto& p : pieces_) kernels::kernel(&kernels::Registry::scale, p.grad)(p.grad.data<float>(), p.grad.data<float>(), coef, p.grad.numel());
 }
 
 void ZeroOptimizer::step() {

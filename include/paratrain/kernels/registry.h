@@ -1,0 +1,95 @@
+// Every kernel table of the dispatch point (kernels/dispatch.h), one per op, with the
+// signatures of the typed CPU kernels (kernels/cpu/*.h, whose shape legends are the
+// contract) with their f32 buffers erased to void*.
+//
+//   kernels::kernel(&Registry::gelu_forward, x)(out.data_ptr(), x.data_ptr(), n);
+//   kernels::registry().gemm.at(Device::CPU, DType::F32)(...);   // raw buffers
+//
+// registry() fills the tables on first use: the CPU kernels for f32 (and every other
+// (device, dtype) a backend registers). Thread-safe (a function-local static; read-only
+// afterwards). Lifetime: the whole program.
+#pragma once
+
+#include "paratrain/kernels/cpu.h"
+#include "paratrain/kernels/dispatch.h"
+#include "paratrain/tensor/tensor.h"
+
+namespace paratrain::kernels {
+
+#define PT_KERNEL_TABLE(name) KernelTable<Erased<decltype(cpu::name)>> name{#name}
+
+struct Registry {
+  // gemm.h
+  PT_KERNEL_TABLE(gemm);
+  PT_KERNEL_TABLE(gemm_batched);
+  // elementwise.h
+  PT_KERNEL_TABLE(fill);
+  PT_KERNEL_TABLE(copy);
+  PT_KERNEL_TABLE(add);
+  PT_KERNEL_TABLE(sub);
+  PT_KERNEL_TABLE(mul);
+  PT_KERNEL_TABLE(scale);
+  PT_KERNEL_TABLE(axpy);
+  PT_KERNEL_TABLE(mul_acc);
+  PT_KERNEL_TABLE(relu_forward);
+  PT_KERNEL_TABLE(relu_backward);
+  PT_KERNEL_TABLE(gelu_forward);
+  PT_KERNEL_TABLE(gelu_backward);
+  PT_KERNEL_TABLE(tanh_forward);
+  PT_KERNEL_TABLE(tanh_backward);
+  PT_KERNEL_TABLE(sigmoid_forward);
+  PT_KERNEL_TABLE(sigmoid_backward);
+  PT_KERNEL_TABLE(bias_add);
+  PT_KERNEL_TABLE(bias_backward);
+  PT_KERNEL_TABLE(dropout_forward);
+  PT_KERNEL_TABLE(dropout_backward);
+  PT_KERNEL_TABLE(strided_add);
+  // layernorm.h, softmax.h, attention.h, embedding.h, conv.h
+  PT_KERNEL_TABLE(layernorm_forward);
+  PT_KERNEL_TABLE(layernorm_backward);
+  PT_KERNEL_TABLE(softmax_forward);
+  PT_KERNEL_TABLE(softmax_backward);
+  PT_KERNEL_TABLE(log_softmax_forward);
+  PT_KERNEL_TABLE(log_softmax_backward);
+  PT_KERNEL_TABLE(crossentropy_forward);
+  PT_KERNEL_TABLE(crossentropy_backward);
+  PT_KERNEL_TABLE(attention_forward);
+  PT_KERNEL_TABLE(attention_backward);
+  PT_KERNEL_TABLE(embedding_forward);
+  PT_KERNEL_TABLE(embedding_backward);
+  PT_KERNEL_TABLE(encoder_forward);
+  PT_KERNEL_TABLE(encoder_backward);
+  PT_KERNEL_TABLE(conv2d_forward);
+  PT_KERNEL_TABLE(conv2d_backward);
+  PT_KERNEL_TABLE(maxpool2d_forward);
+  PT_KERNEL_TABLE(maxpool2d_backward);
+  // conversions: cast_from_f32 is keyed by the dtype it writes, cast_to_f32 by the one it reads
+  KernelTable<void(void* out, const void* in, int64_t n)> cast_from_f32{"cast_from_f32"};
+  KernelTable<void(void* out, const void* in, int64_t n)> cast_to_f32{"cast_to_f32"};
+  // reduce.h
+  PT_KERNEL_TABLE(sum);
+  PT_KERNEL_TABLE(sum_squares);
+  PT_KERNEL_TABLE(all_finite);
+  // optim.h: parameters, gradients and state in the table's dtype
+  PT_KERNEL_TABLE(adamw_update);
+  PT_KERNEL_TABLE(sgd_update);
+};
+
+#undef PT_KERNEL_TABLE
+
+// The tables, filled on first use.
+const Registry& registry();
+
+// The kernel of `table` for t's (device, dtype); NoKernelError naming the kernel, the device
+// and the dtype when there is none.
+template <typename Table>
+auto kernel(Table Registry::*table, const Tensor& t) {
+  return (registry().*table).at(t.device(), t.dtype());
+}
+
+namespace cpu {
+// Puts the CPU kernels into `r` (f32; the half types where a kernel exists).
+void register_kernels(Registry& r);
+}  // namespace cpu
+
+}  // namespace paratrain::kernels

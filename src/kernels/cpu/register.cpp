@@ -1,0 +1,65 @@
+// The CPU kernels in the dispatch tables (kernels/registry.h).
+#include "paratrain/kernels/registry.h"
+
+namespace paratrain::kernels::cpu {
+
+void register_kernels(Registry& r) {
+  constexpr Device C = Device::CPU;
+  constexpr DType F = DType::F32;
+#define PT_CPU_F32(name) r.name.set(C, F, erase<&cpu::name>)
+  PT_CPU_F32(gemm);
+  PT_CPU_F32(gemm_batched);
+  PT_CPU_F32(fill);
+  PT_CPU_F32(copy);
+  PT_CPU_F32(add);
+  PT_CPU_F32(sub);
+  PT_CPU_F32(mul);
+  PT_CPU_F32(scale);
+  PT_CPU_F32(axpy);
+  PT_CPU_F32(mul_acc);
+  PT_CPU_F32(relu_forward);
+  PT_CPU_F32(relu_backward);
+  PT_CPU_F32(gelu_forward);
+  PT_CPU_F32(gelu_backward);
+  PT_CPU_F32(tanh_forward);
+  PT_CPU_F32(tanh_backward);
+  PT_CPU_F32(sigmoid_forward);
+  PT_CPU_F32(sigmoid_backward);
+  PT_CPU_F32(bias_add);
+  PT_CPU_F32(bias_backward);
+  PT_CPU_F32(dropout_forward);
+  PT_CPU_F32(dropout_backward);
+  PT_CPU_F32(strided_add);
+  PT_CPU_F32(layernorm_forward);
+  PT_CPU_F32(layernorm_backward);
+  PT_CPU_F32(softmax_forward);
+  PT_CPU_F32(softmax_backward);
+  PT_CPU_F32(log_softmax_forward);
+  PT_CPU_F32(log_softmax_backward);
+  PT_CPU_F32(crossentropy_forward);
+  PT_CPU_F32(crossentropy_backward);
+  PT_CPU_F32(attention_forward);
+  PT_CPU_F32(attention_backward);
+  PT_CPU_F32(embedding_forward);
+  PT_CPU_F32(embedding_backward);
+  PT_CPU_F32(encoder_forward);
+  PT_CPU_F32(encoder_backward);
+  PT_CPU_F32(conv2d_forward);
+  PT_CPU_F32(conv2d_backward);
+  PT_CPU_F32(maxpool2d_forward);
+  PT_CPU_F32(maxpool2d_backward);
+  PT_CPU_F32(sum);
+  PT_CPU_F32(sum_squares);
+  PT_CPU_F32(all_finite);
+  PT_CPU_F32(adamw_update);
+  PT_CPU_F32(sgd_update);
+#undef PT_CPU_F32
+  r.cast_from_f32.set(C, DType::BF16, erase<&cpu::f32_to_bf16>);
+  r.cast_from_f32.set(C, DType::F16, erase<&cpu::f32_to_f16>);
+  r.cast_from_f32.set(C, F, erase<&cpu::copy>);
+  r.cast_to_f32.set(C, DType::BF16, erase<&cpu::bf16_to_f32>);
+  r.cast_to_f32.set(C, DType::F16, erase<&cpu::f16_to_f32>);
+  r.cast_to_f32.set(C, F, erase<&cpu::copy>);
+}
+
+}  // namespace paratrain::kernels::cpu

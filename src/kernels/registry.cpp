@@ -1,0 +1,14 @@
+#include "paratrain/kernels/registry.h"
+
+namespace paratrain::kernels {
+
+const Registry& registry() {
+  static const Registry r = [] {
+    Registry t;
+    cpu::register_kernels(t);
+    return t;
+  }();
+  return r;
+}
+
+}  // namespace paratrain::kernels
