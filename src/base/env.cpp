@@ -19,6 +19,10 @@ const std::vector<VarInfo>& declared() {
       {"PARATRAIN_SEGMENT_BYTES", "0", "ring segment size in bytes (0 = automatic)"},
       {"PARATRAIN_TCP_ADDR", "", "address this rank advertises for tcp connections (default: first non-loopback IPv4)"},
       {"PARATRAIN_STORE_EXTERNAL", "0", "1 = the store is hosted by the launcher; rank 0 does not start one"},
+      {"PARATRAIN_STORE_PORT", "",
+       "port of the job's paratrain store on MASTER_ADDR, hosted by `paratrain launch` (set by it); every rank "
+       "joins it as a client and none hosts one, leaving MASTER_PORT to the program (e.g. PyTorch's rank 0 "
+       "TCPStore). Unset: the store is on MASTER_PORT"},
       {"PARATRAIN_PROFILE", "0", "1 = time every op forward and backward and print a table after training"},
       {"PARATRAIN_LOG", "info", "log level: debug|info|warn|error"},
       {"PARATRAIN_SIMULATE_SLOWDOWN", "",

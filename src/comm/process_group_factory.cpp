@@ -66,14 +66,21 @@ std::shared_ptr<ProcessGroup> create_process_group_from_env(const ProcessGroupOp
     auto store = std::make_shared<HashStore>();
     return std::make_shared<TransportProcessGroup>(std::make_shared<PrefixStore>("pg", store), 0, 1, o);
   }
-  if (e.master_port == 0)
+  // Under `paratrain launch` the launcher hosts the store on its own port (PARATRAIN_STORE_PORT,
+  // on MASTER_ADDR), leaving MASTER_PORT to the program; elsewhere (mpirun, srun, torchrun,
+  // by hand) it is on MASTER_PORT, hosted by rank 0 unless PARATRAIN_STORE_EXTERNAL=1.
+  const int64_t launcher_store_port = env::get_int("PARATRAIN_STORE_PORT");
+  if (launcher_store_port < 0 || launcher_store_port > 65535)
+    PT_THROW(InputError, "PARATRAIN_STORE_PORT=", launcher_store_port, " is not a TCP port (1..65535)");
+  if (e.master_port == 0 && launcher_store_port == 0)
     PT_THROW(InputError, "MASTER_PORT is not set (needed with WORLD_SIZE=", e.world_size,
              "; or start the ranks with `paratrain launch` or mpirun)");
+  const int store_port = launcher_store_port > 0 ? static_cast<int>(launcher_store_port) : e.master_port;
   std::shared_ptr<TcpStoreServer> server;
-  if (e.rank == 0 && !env::get_bool("PARATRAIN_STORE_EXTERNAL"))
-    server = std::make_shared<TcpStoreServer>("", e.master_port, e.token);
+  if (e.rank == 0 && launcher_store_port == 0 && !env::get_bool("PARATRAIN_STORE_EXTERNAL"))
+    server = std::make_shared<TcpStoreServer>("", store_port, e.token);
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
-  auto store = std::make_shared<TcpStore>(e.master_addr, e.master_port, e.token, timeout, timeout);
+  auto store = std::make_shared<TcpStore>(e.master_addr, store_port, e.token, timeout, timeout);
   auto pg = std::make_shared<TransportProcessGroup>(std::make_shared<PrefixStore>("pg", store), e.rank,
                                                     e.world_size, o);
   pg->hold(store);

@@ -17,6 +17,10 @@ const char* const kRemoved[] = {
 
 }  // namespace
 
+std::string error_file_path(const std::string& dir, int rank) {
+  return dir + "/rank_" + std::to_string(rank) + ".error.json";
+}
+
 std::vector<std::string> current_environment() {
   std::vector<std::string> out;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) out.emplace_back(*e);
@@ -53,14 +57,26 @@ std::vector<std::string> build_child_env(const std::vector<std::string>& base,
   set("ROLE_WORLD_SIZE", std::to_string(who.world_size));
   set("ROLE_NAME", "default");
   set("MASTER_ADDR", job.master_addr);
-  set("MASTER_PORT", std::to_string(job.master_port));
+  set("MASTER_PORT", std::to_string(job.master_port));  // the program's (PyTorch's rank 0 TCPStore)
   set("PARATRAIN_TOKEN", job.token);
   set("TORCHELASTIC_RESTART_COUNT", std::to_string(job.restart_count));
   set("TORCHELASTIC_MAX_RESTARTS", std::to_string(job.max_restarts));
   set("TORCHELASTIC_RUN_ID", job.run_id);
-  set("TORCHELASTIC_USE_AGENT_STORE", "True");
-  set("PARATRAIN_STORE_EXTERNAL", "1");  // comm: rank 0 joins the launcher's store, hosts none
-  set_if_unset("OMP_NUM_THREADS", std::to_string(job.omp_threads));
+  // The launcher hosts no store on MASTER_PORT: rank 0 of a PyTorch program hosts its own
+  // TCPStore there (as under torchrun's c10d rendezvous, which sets False as well).
+  set("TORCHELASTIC_USE_AGENT_STORE", "False");
+  // torch 1.x and 2.x spell it differently; torchrun keeps the caller's value, else 1.
+  set_if_unset("NCCL_ASYNC_ERROR_HANDLING", "1");
+  set_if_unset("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (!job.error_dir.empty())
+    set("TORCHELASTIC_ERROR_FILE", error_file_path(job.error_dir, who.rank));
+  else
+    vars.erase("TORCHELASTIC_ERROR_FILE");  // the launcher's own (its parent's) is not the rank's
+  // paratrain's ranks join the launcher's store on its own port, as clients.
+  if (job.store_port > 0) set("PARATRAIN_STORE_PORT", std::to_string(job.store_port));
+  else vars.erase("PARATRAIN_STORE_PORT");
+  set("PARATRAIN_STORE_EXTERNAL", "1");  // comm: no rank hosts a store
+  if (job.omp_threads > 0) set_if_unset("OMP_NUM_THREADS", std::to_string(job.omp_threads));
   set_if_unset("PARATRAIN_THREADS", std::to_string(job.paratrain_threads));
   std::vector<std::string> out;
   out.reserve(order.size());

@@ -9,9 +9,12 @@
 // node's result is in. Then restart (failure, restarts left, not interrupted) or return.
 #include "paratrain/launch/launcher.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -153,6 +156,44 @@ void pump(Fd& fd, LineSink* sink) {
   }
 }
 
+// Why `port` cannot be listened on (on every interface, as a TCPStore would), or "".
+std::string tcp_port_unavailable(int port) {
+  Fd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return std::string("socket(): ") + std::strerror(errno);
+  int one = 1;
+  ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(s.get(), 1) != 0)
+    return std::strerror(errno);
+  return "";
+}
+
+// A port that was free a moment ago (the kernel's pick), for the program's MASTER_PORT.
+int free_tcp_port() {
+  Fd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(a);
+  if (!s.valid() || ::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    PT_THROW(IoError, "launch: cannot find a free TCP port for MASTER_PORT: ", std::strerror(errno));
+  return ntohs(a.sin_port);
+}
+
+// The paratrain ranks' store on a port the kernel picks, never `master_port` (the program's).
+std::unique_ptr<comm::TcpStoreServer> host_ranks_store(const std::string& token, int master_port) {
+  auto s = std::make_unique<comm::TcpStoreServer>("", 0, token);
+  if (s->port() == master_port) {
+    auto other = std::make_unique<comm::TcpStoreServer>("", 0, token);  // s holds master_port meanwhile
+    s = std::move(other);
+  }
+  return s;
+}
+
 enum class Outcome { kSuccess, kFailure, kInterrupted };
 
 struct AttemptResult {
@@ -194,18 +235,21 @@ int Launcher::run() {
   const std::string host = host_name();
   const int threads = threads_per_rank(usable_cpu_count(), nproc);
 
-  // ---- node 0 hosts the ranks' store on MASTER_PORT (all interfaces), made fresh for
-  // every attempt, and on a multi-node job the launchers' own rendezvous store on
-  // MASTER_PORT+1 (it lives as long as the job).
+  // ---- ports. MASTER_PORT is the program's: its rank 0 hosts its own store there (PyTorch's
+  // TCPStore under env://), so no launcher binds it; node 0 only checks that it is free (or,
+  // on one node without --master-port, picks a free one). Node 0 hosts the paratrain ranks'
+  // store on a port the kernel picks (PARATRAIN_STORE_PORT), made fresh for every attempt,
+  // and on a multi-node job the launchers' rendezvous store on MASTER_PORT+1 (it lives as
+  // long as the job and tells the other nodes the ranks' store's port each round).
   std::unique_ptr<comm::TcpStoreServer> ranks_server, rdzv_server;
   int port = o.master_port;
   if (o.node_rank == 0) {
-    try {
-      ranks_server = std::make_unique<comm::TcpStoreServer>("", port < 0 ? 0 : port, token);
-    } catch (const Error& e) {
-      PT_THROW(InputError, "launch: --master-port ", port, " cannot be used on this host (", e.what(), ")");
+    if (port < 0) {
+      port = free_tcp_port();
+    } else if (std::string why = tcp_port_unavailable(port); !why.empty()) {
+      PT_THROW(InputError, "launch: --master-port ", port, " cannot be used on this host (", why,
+               "); MASTER_PORT is for the program's rank 0");
     }
-    port = ranks_server->port();
     if (o.nnodes > 1) {
       if (port >= 65535) PT_THROW(InputError, "launch: --master-port must be below 65535 on a multi-node job");
       try {
@@ -236,24 +280,37 @@ int Launcher::run() {
     rdzv = std::make_unique<NodeRendezvous>(store, o.nnodes, o.node_rank, where);
   }
 
+  // OMP_NUM_THREADS as torchrun sets it: 1 for each rank when the caller left it unset and
+  // there are several ranks here, said once; paratrain's own ranks size their compute
+  // threads by PARATRAIN_THREADS instead.
+  int omp_threads = 0;
+  if (!env::raw("OMP_NUM_THREADS") && nproc > 1) {
+    omp_threads = 1;
+    say("OMP_NUM_THREADS is not set: each of the " + std::to_string(nproc) +
+        " ranks gets OMP_NUM_THREADS=1 (as torchrun sets it); set it to choose (paratrain's own ranks use "
+        "PARATRAIN_THREADS=" + env::raw("PARATRAIN_THREADS").value_or(std::to_string(threads)) + ")");
+  }
+
   SignalScope signals;
   const std::vector<std::string> base_env = current_environment();
   report_ = LaunchReport{};
 
   for (int attempt = 0;; ++attempt) {
-    // ---- (0) a fresh store for the ranks: nothing of the last attempt's keys survives
-    // (every rank of every node has exited by now).
-    if (attempt > 0 && ranks_server) {
+    // ---- (0) node 0: a fresh store for the paratrain ranks; nothing of the last attempt's
+    // keys survives (every rank of every node has exited by now).
+    if (o.node_rank == 0) {
       ranks_server.reset();
-      auto until = Clock::now() + std::chrono::seconds(5);
-      while (!ranks_server) {
+      try {
+        ranks_server = host_ranks_store(token, port);
+      } catch (const Error& e) {
+        PT_THROW(IoError, "launch: cannot host the ranks' store", attempt > 0 ? " for restart " + std::to_string(attempt) : "",
+                 ": ", e.what());
+      }
+      if (rdzv) {
         try {
-          ranks_server = std::make_unique<comm::TcpStoreServer>("", port, token);
+          rdzv->publish_ranks_store_port(attempt, ranks_server->port());
         } catch (const Error& e) {
-          if (Clock::now() >= until)
-            PT_THROW(IoError, "launch: cannot host the ranks' store again on port ", port, " for restart ", attempt,
-                     ": ", e.what());
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          PT_THROW(CommError, "launch: rendezvous failed: cannot use the launchers' store at ", where, ": ", e.what());
         }
       }
     }
@@ -277,6 +334,7 @@ int Launcher::run() {
       round.rank_base = 0;
       round.world_size = nproc;
     }
+    const int store_port = rdzv ? rdzv->ranks_store_port(attempt) : ranks_server->port();
 
     // ---- (2) start the local ranks
     JobEnv job;
@@ -286,7 +344,9 @@ int Launcher::run() {
     job.restart_count = attempt;
     job.max_restarts = o.max_restarts;
     job.run_id = run_id;
-    job.omp_threads = threads;
+    job.store_port = store_port;
+    job.error_dir = o.log_dir;
+    job.omp_threads = omp_threads;
     job.paratrain_threads = threads;
     const auto t_attempt = attempt == 0 ? t_start : Clock::now();
     std::vector<RankProc> ranks(static_cast<size_t>(nproc));
@@ -318,6 +378,7 @@ int Launcher::run() {
       SpawnSpec spec;
       spec.path = exe;
       spec.argv = o.program;
+      if (!job.error_dir.empty()) ::unlink(error_file_path(job.error_dir, who.rank).c_str());  // a stale one
       spec.env = build_child_env(base_env, who, job);
       Spawned s = spawn_child(spec);
       p.start = Clock::now();
@@ -426,6 +487,10 @@ int Launcher::run() {
         p.out.reset();
         p.err.reset();
         p.rep.stderr_tail.assign(p.err_sink->tail().begin(), p.err_sink->tail().end());
+        if (!job.error_dir.empty()) {
+          std::string ef = error_file_path(job.error_dir, p.rep.rank);
+          if (::access(ef.c_str(), F_OK) == 0) p.rep.error_file = ef;
+        }
         if (p.rep.status_code() != 0 && !stopping) {
           record_failure(FailureInfo{p.rep.rank, o.node_rank, host, p.rep.status_code(), false, describe_status(p.rep)});
           begin_stop(SIGTERM);
@@ -573,6 +638,9 @@ std::string format_summary(const LaunchReport& report, int max_restarts) {
     s += "  last stderr lines of rank " + std::to_string(r.rank) + ":\n";
     for (const auto& line : r.stderr_tail) s += "    [" + std::to_string(r.rank) + "] " + line + "\n";
   }
+  for (const RankReport& r : report.ranks)
+    if (r.rank == report.first_failed_rank && !r.error_file.empty())
+      s += "  error file of rank " + std::to_string(r.rank) + " (TORCHELASTIC_ERROR_FILE): " + r.error_file + "\n";
   if (report.first_failed_rank >= 0 &&
       std::none_of(report.ranks.begin(), report.ranks.end(),
                    [&](const RankReport& r) { return r.rank == report.first_failed_rank; }))

@@ -118,6 +118,22 @@ RoundInfo NodeRendezvous::join(int attempt, int nproc, const std::string& host, 
   return info;
 }
 
+void NodeRendezvous::publish_ranks_store_port(int attempt, int port) {
+  store_->set(key(attempt, "ranks_store"), std::to_string(port));
+}
+
+int NodeRendezvous::ranks_store_port(int attempt) {
+  std::string k = key(attempt, "ranks_store");
+  if (!store_->check({k}))
+    PT_THROW(CommError, "launch: node 0 published no port for the ranks' store in round ", attempt, " (store at ",
+             where_, ")");
+  std::string v = store_->get(k);
+  int port = to_int(v, 0);
+  if (port <= 0 || port > 65535)
+    PT_THROW(CommError, "launch: node 0 published a bad port '", v, "' for the ranks' store in round ", attempt);
+  return port;
+}
+
 FailureInfo NodeRendezvous::publish_failure(int attempt, const FailureInfo& f) {
   std::string mine = encode_failure(f);
   std::string now = store_->compare_set(key(attempt, "failed"), "", mine);

@@ -175,4 +175,59 @@ inline int free_port() {
   return ntohs(a.sin_port);
 }
 
+// Two network namespaces joined by a veth pair, for a two-node job on one machine (root
+// only): namespace ns[i] holds dev[i] with addr[i] = <subnet>.<i+1>/24, and its loopback up.
+// Names carry `tag` and this process's pid, so concurrent tests do not collide; the
+// destructor deletes both namespaces (and with them the pair).
+class NetnsPairSetup {
+ public:
+  NetnsPairSetup() = default;
+  NetnsPairSetup(const NetnsPairSetup&) = delete;
+  NetnsPairSetup& operator=(const NetnsPairSetup&) = delete;
+  ~NetnsPairSetup() {
+    if (!made_) return;
+    run({"ip", "netns", "del", ns[0]}, 10);
+    run({"ip", "netns", "del", ns[1]}, 10);
+  }
+  // "" once made; otherwise why they cannot be made here (not root, a command that failed).
+  std::string make(const std::string& tag, const std::string& subnet) {
+    if (::geteuid() != 0) return "network namespaces need root (euid " + std::to_string(::geteuid()) + ")";
+    const std::string id = tag + std::to_string(::getpid());
+    for (int i = 0; i < 2; ++i) {
+      ns[i] = id + "_ns" + std::to_string(i);
+      dev[i] = (tag + std::to_string(i) + "_" + std::to_string(::getpid())).substr(0, 15);  // IFNAMSIZ - 1
+      addr[i] = subnet + "." + std::to_string(i + 1);
+    }
+    std::vector<std::vector<std::string>> cmds = {
+        {"ip", "netns", "add", ns[0]},
+        {"ip", "netns", "add", ns[1]},
+        {"ip", "link", "add", dev[0], "type", "veth", "peer", "name", dev[1]},
+        {"ip", "link", "set", dev[0], "netns", ns[0]},
+        {"ip", "link", "set", dev[1], "netns", ns[1]},
+        {"ip", "-n", ns[0], "addr", "add", addr[0] + "/24", "dev", dev[0]},
+        {"ip", "-n", ns[1], "addr", "add", addr[1] + "/24", "dev", dev[1]},
+        {"ip", "-n", ns[0], "link", "set", dev[0], "up"},
+        {"ip", "-n", ns[1], "link", "set", dev[1], "up"},
+        {"ip", "-n", ns[0], "link", "set", "lo", "up"},
+        {"ip", "-n", ns[1], "link", "set", "lo", "up"},
+    };
+    for (size_t c = 0; c < cmds.size(); ++c) {
+      auto r = run(cmds[c], 10);
+      if (c < 2 && r.status == 0) made_ = true;
+      if (r.status != 0) {
+        std::string cmd;
+        for (const auto& a : cmds[c]) cmd += a + " ";
+        return "cannot make network namespaces here (" + cmd + "failed: " + r.err + ")";
+      }
+    }
+    return "";
+  }
+  // The prefix that runs a command in namespace i.
+  std::vector<std::string> exec(int i) const { return {"ip", "netns", "exec", ns[i]}; }
+  std::string ns[2], dev[2], addr[2];
+
+ private:
+  bool made_ = false;
+};
+
 }  // namespace paratrain::launch::testing

@@ -1,6 +1,6 @@
 // A rank that builds the comm layer's ProcessGroup from the launcher's environment
-// (create_process_group_from_env: MASTER_ADDR/MASTER_PORT/PARATRAIN_TOKEN, the launcher's
-// store since PARATRAIN_STORE_EXTERNAL=1) and all-reduces rank+1; prints
+// (create_process_group_from_env: MASTER_ADDR/PARATRAIN_STORE_PORT/PARATRAIN_TOKEN, the
+// launcher's store) and all-reduces rank+1; prints
 // "PG_OK rank=<r> size=<n> sum=<s>". With --fail-first-attempt R it exits 7 on rank R after
 // the all-reduce while TORCHELASTIC_RESTART_COUNT is 0.
 #include <chrono>

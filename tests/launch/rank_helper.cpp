@@ -2,7 +2,7 @@
 //   --pid-dir D           write getpid() to D/rank_<RANK>.pid
 //   --env                 print the launcher's variables as KEY=VALUE lines on stdout
 //   --store               meet the other ranks through the launcher's store (MASTER_ADDR,
-//                         MASTER_PORT, PARATRAIN_TOKEN), then print
+//                         PARATRAIN_STORE_PORT, PARATRAIN_TOKEN), then print
 //                         STORE_OK world=<n> arrived_at=<i> (i counts arrivals in this store)
 //   --lines N             print N lines "line <i> of rank <RANK> ..." on stdout
 //   --stderr TEXT         print TEXT on stderr
@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
                                   "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
                                   "MASTER_PORT", "PARATRAIN_TOKEN", "TORCHELASTIC_RESTART_COUNT",
                                   "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "PARATRAIN_STORE_EXTERNAL",
-                                  "OMP_NUM_THREADS", "PARATRAIN_THREADS", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
+                                  "PARATRAIN_STORE_PORT", "NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                                  "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS", "PARATRAIN_THREADS", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
                                   "PMI_RANK"};
     std::string out;
     for (const char* k : kVars) out += std::string(k) + "=" + env_or(k, "<unset>") + "\n";
@@ -81,7 +82,7 @@ int main(int argc, char** argv) {
   }
   if (use_store) {
     try {
-      auto base = std::make_shared<paratrain::comm::TcpStore>(env_or("MASTER_ADDR"), std::atoi(env_or("MASTER_PORT").c_str()),
+      auto base = std::make_shared<paratrain::comm::TcpStore>(env_or("MASTER_ADDR"), std::atoi(env_or("PARATRAIN_STORE_PORT").c_str()),
                                                               env_or("PARATRAIN_TOKEN"), std::chrono::milliseconds(20000),
                                                               std::chrono::milliseconds(20000));
       // No per-attempt prefix: the launcher's store is fresh for every attempt.

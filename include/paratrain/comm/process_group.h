@@ -114,9 +114,11 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
                                                    const ProcessGroupOptions& options = {});
 
 // A group from the environment (read_job_env()): under mpirun with backend auto|mpi it uses
-// MPI; otherwise rank 0 hosts a TcpStoreServer on MASTER_ADDR:MASTER_PORT unless
-// PARATRAIN_STORE_EXTERNAL=1 (the launcher hosts it), and all ranks join it with
-// PARATRAIN_TOKEN. The returned group keeps the store (and server) alive.
+// MPI; with PARATRAIN_STORE_PORT set (by `paratrain launch`, which hosts the store there)
+// every rank joins MASTER_ADDR:PARATRAIN_STORE_PORT and none hosts one; otherwise rank 0
+// hosts a TcpStoreServer on MASTER_ADDR:MASTER_PORT unless PARATRAIN_STORE_EXTERNAL=1 (an
+// external store is there), and all ranks join it with PARATRAIN_TOKEN. The returned group
+// keeps the store (and server) alive.
 std::shared_ptr<ProcessGroup> create_process_group_from_env(const ProcessGroupOptions& options = {});
 
 }  // namespace paratrain::comm

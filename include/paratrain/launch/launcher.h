@@ -2,10 +2,11 @@
 // (docs/launch.md). The engine behind `paratrain launch`.
 //
 // Launcher::run() checks what can be checked before any child starts (the program exists
-// and is executable, node 0's ports are free; InputError otherwise), hosts the ranks'
-// TcpStoreServer on node 0 at MASTER_PORT (a fresh one for every attempt) and, on a
-// multi-node job, the launchers' rendezvous store at MASTER_PORT+1, meets the other nodes
-// there, then for each
+// and is executable, node 0's ports are free; InputError otherwise), hosts the paratrain
+// ranks' TcpStoreServer on node 0 on a port the kernel picks (PARATRAIN_STORE_PORT, a fresh
+// one for every attempt; MASTER_PORT is left to the program's rank 0, e.g. PyTorch's
+// TCPStore) and, on a multi-node job, the launchers' rendezvous store at MASTER_PORT+1,
+// meets the other nodes there, then for each
 // attempt starts nproc_per_node children (spawn_child) and supervises them in one poll
 // loop on the calling thread: output is cut into prefixed lines, exits are reaped, and
 // SIGINT/SIGTERM/SIGHUP received by the launcher are forwarded to every child. The first
@@ -42,6 +43,7 @@ struct RankReport {
   bool stopped = false;       // we signalled it (stopping the group)
   double run_s = 0;           // seconds from start to exit
   std::vector<std::string> stderr_tail;  // its last stderr lines
+  std::string error_file;     // the TORCHELASTIC_ERROR_FILE it wrote (with --log-dir), or ""
   // 0 for success, the code for a non-zero exit, 128 + signal for a signal.
   int status_code() const { return term_signal ? 128 + term_signal : exit_code; }
 };

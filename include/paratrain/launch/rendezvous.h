@@ -1,9 +1,11 @@
 // How the launchers of a multi-node job meet and agree, through the job's Store
 // (docs/launch.md, "Rendezvous").
 //
-// Node 0's launcher hosts this store on MASTER_PORT+1 (the ranks' own store, on MASTER_PORT,
-// is another one, made fresh for every attempt); every launcher, node 0's included, is a
-// client. All keys live under "launch/<attempt>/", so every restart is a fresh round:
+// Node 0's launcher hosts this store on MASTER_PORT+1 (the paratrain ranks' own store is
+// another one, on a port the kernel picks, made fresh for every attempt; MASTER_PORT itself
+// is left to the program); every launcher, node 0's included, is a client. All keys live
+// under "launch/<attempt>/", so every restart is a fresh round:
+//   ranks_store   port of that round's ranks' store on node 0 (written before node/0)
 //   node/<r>      "<nproc>\t<host>"   node r joined round <attempt>
 //   failed        first failure of the round (compare_set: the first writer wins)
 //   hb/<r>        counter bumped by node r's launcher about once a second
@@ -62,6 +64,11 @@ class NodeRendezvous {
   // throws Error("rendezvous interrupted"). TimeoutError names missing nodes.
   RoundInfo join(int attempt, int nproc, const std::string& host, double timeout_s,
                  const std::function<bool()>& should_abort);
+
+  // Node 0, before join(): the port of this round's ranks' store. After join() every node
+  // reads it with ranks_store_port() (CommError if node 0 did not publish one).
+  void publish_ranks_store_port(int attempt, int port);
+  int ranks_store_port(int attempt);
 
   // Publishes f as the round's first failure unless one is there; returns the one that won.
   FailureInfo publish_failure(int attempt, const FailureInfo& f);
