@@ -10,11 +10,13 @@ namespace paratrain::autograd {
 namespace {
 thread_local bool g_grad_enabled = true;
 
-// dst += src, elementwise over contiguous f32 (both the same shape).
+// dst += src, elementwise (same shape, same dtype: a gradient has its tensor's dtype), by the
+// dispatch point's add kernel for that dtype.
 void accumulate_into(Tensor& dst, const Tensor& src) {
   PT_CHECK(dst.shape() == src.shape(), "gradient shape ", shape_str(src.shape()), " does not match ",
            shape_str(dst.shape()));
-  PT_CHECK(dst.dtype() == DType::F32 && src.dtype() == DType::F32, "gradients are f32");
+  PT_CHECK(dst.dtype() == src.dtype(), "gradient dtype ", dtype_name(src.dtype()), " does not match ",
+           dtype_name(dst.dtype()));
   Tensor s = src.contiguous();
   kernels::kernel(&kernels::Registry::add, dst)(dst.data_ptr(), dst.data_ptr(), s.data_ptr(), dst.numel());
 }
@@ -114,7 +116,7 @@ void backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   Tensor seed = grad;
   if (!seed.defined()) {
     PT_CHECK(root.numel() == 1, "backward() without a gradient needs a one-element tensor, got ", root.to_string());
-    seed = Tensor::full(root.shape(), 1.0);
+    seed = Tensor::full(root.shape(), 1.0, root.dtype());
   }
   NoGradGuard no_grad;
   const auto& root_meta = root.autograd_meta_ptr();

@@ -1,10 +1,14 @@
 // Differentiable operations on Tensors (the functional API the nn layer is built from).
 //
-// Each op computes its result with the CPU kernels and, when grad mode is on and an input
-// requires a gradient, records a Node whose backward produces the input gradients. Inputs
-// are f32 unless stated (token ids and labels are i32); outputs are fresh contiguous tensors
-// unless the op is a view (reshape). Shapes are checked: a mismatch throws InputError
-// naming the op and both shapes.
+// Each op computes its result with the kernel the dispatch point has for its inputs'
+// (device, dtype) and, when grad mode is on and an input requires a gradient, records a Node
+// whose backward produces the input gradients, each in its input's dtype. Floating inputs
+// are f32, bf16 or f16 (token ids and labels are i32); an op's inputs share one dtype, except
+// add/sub/mul, which compute in the widest (f32 + bf16 -> f32). Under an AutocastGuard
+// (autograd/autocast.h) each op first casts its inputs to the precision of the policy table.
+// A dtype the op has no kernel for is a NoKernelError naming it. Outputs are fresh contiguous
+// tensors unless the op is a view (reshape). Shapes are checked: a mismatch throws
+// InputError naming the op and both shapes.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +31,10 @@ Tensor sigmoid(const Tensor& x);
 // ---- reductions to a one-element tensor ----
 Tensor sum(const Tensor& x);
 Tensor mean(const Tensor& x);
+
+// ---- dtypes ----
+// x converted to `dtype` (x itself when it already is); the gradient comes back in x's dtype.
+Tensor to_dtype(const Tensor& x, DType dtype);
 
 // ---- shapes ----
 // A view with a new shape (a copy first when x is not contiguous); gradient reshaped back.

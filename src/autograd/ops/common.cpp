@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include <cstring>
+
 namespace paratrain::ops::detail {
 
 Tensor f32_contiguous(const Tensor& x, const char* op, const char* what) {
@@ -7,6 +9,62 @@ Tensor f32_contiguous(const Tensor& x, const char* op, const char* what) {
   if (x.dtype() != DType::F32)
     PT_THROW(InputError, op, ": ", what, " must be f32, got ", dtype_name(x.dtype()));
   return x.contiguous();
+}
+
+Tensor float_contiguous(const Tensor& x, const char* op, const char* what) {
+  if (!x.defined()) PT_THROW(InputError, op, ": ", what, " is undefined");
+  if (!dtype_is_float(x.dtype()))
+    PT_THROW(InputError, op, ": ", what, " must be floating point (f32, bf16, f16), got ", dtype_name(x.dtype()));
+  return x.contiguous();
+}
+
+void expect_same_dtype(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts) {
+  const std::pair<const char*, const Tensor*>* first = nullptr;
+  for (const auto& t : ts) {
+    if (!t.second->defined()) continue;
+    if (!first) {
+      first = &t;
+      continue;
+    }
+    if (t.second->dtype() != first->second->dtype())
+      PT_THROW(InputError, op, ": ", t.first, " is ", dtype_name(t.second->dtype()), " but ", first->first, " is ",
+               dtype_name(first->second->dtype()), " (cast one, or run the op under an AutocastGuard)");
+  }
+}
+
+void convert_into(Tensor& dst, const Tensor& src) {
+  PT_CHECK(dst.numel() == src.numel() && dst.is_contiguous() && src.is_contiguous(), "convert_into: layouts differ");
+  const auto& K = kernels::registry();
+  if (dst.dtype() == src.dtype()) {
+    std::memcpy(dst.data_ptr(), src.data_ptr(), src.nbytes());
+  } else if (src.dtype() == DType::F32) {
+    K.cast_from_f32.at(dst.device(), dst.dtype())(dst.data_ptr(), src.data_ptr(), src.numel());
+  } else if (dst.dtype() == DType::F32) {
+    K.cast_to_f32.at(src.device(), src.dtype())(dst.data_ptr(), src.data_ptr(), src.numel());
+  } else {  // half to the other half, through f32
+    Tensor f = Tensor::empty(src.shape(), DType::F32, src.device());
+    K.cast_to_f32.at(src.device(), src.dtype())(f.data_ptr(), src.data_ptr(), src.numel());
+    K.cast_from_f32.at(dst.device(), dst.dtype())(dst.data_ptr(), f.data_ptr(), src.numel());
+  }
+}
+
+Tensor convert(const Tensor& src, DType t) {
+  if (src.dtype() == t) return src;
+  Tensor c = src.contiguous();
+  Tensor out = Tensor::empty(src.shape(), t, src.device());
+  convert_into(out, c);
+  return out;
+}
+
+DType widest(DType a, DType b) { return a == b ? a : DType::F32; }
+
+Tensor cast_view(const Tensor& half, const Tensor& param) {
+  Tensor out = half.detach();
+  if (autograd::any_requires_grad({&param})) {
+    const DType to = param.dtype();
+    record_lambda("to_dtype", {&param}, {&out}, [to](std::vector<Tensor>& g) { return std::vector<Tensor>{convert(g[0], to)}; });
+  }
+  return out;
 }
 
 Tensor i32_contiguous(const Tensor& x, const char* op, const char* what) {

@@ -16,6 +16,22 @@ using kernels::Registry;
 
 // x as a contiguous f32 tensor; InputError naming the op otherwise.
 Tensor f32_contiguous(const Tensor& x, const char* op, const char* what);
+// x as a contiguous floating-point tensor (f32, bf16, f16); InputError naming the op otherwise.
+// The op's kernel is then found by x's dtype (NoKernelError when it has none).
+Tensor float_contiguous(const Tensor& x, const char* op, const char* what);
+// InputError unless every defined tensor has a's dtype ("op: weight is f32, input is bf16").
+void expect_same_dtype(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts);
+
+// dst = src converted to dst's dtype (both contiguous, same numel, floating point), through
+// the kernels' cast tables.
+void convert_into(Tensor& dst, const Tensor& src);
+// src converted to dtype t (src itself when it already is t). No graph.
+Tensor convert(const Tensor& src, DType t);
+// The wider of two floating dtypes for an elementwise op: f32 unless both are the same half.
+DType widest(DType a, DType b);
+// A handle on `half` (the cached half copy of parameter `param`) recorded in the graph as
+// `param` cast: its gradient reaches `param` converted to param's dtype.
+Tensor cast_view(const Tensor& half, const Tensor& param);
 // x as a contiguous i32 tensor of token ids / labels.
 Tensor i32_contiguous(const Tensor& x, const char* op, const char* what);
 void expect_same_shape(const Tensor& a, const Tensor& b, const char* op);

@@ -1,5 +1,7 @@
-// Elementwise ops, reductions to a scalar, and reshape.
+// Elementwise ops, casts, reductions to a scalar, and reshape. Every op works in the dtype
+// of its inputs (two-input ops in the widest, autograd/autocast.h).
 #include "common.h"
+#include "paratrain/autograd/autocast.h"
 #include "paratrain/autograd/ops.h"
 #include "paratrain/autograd/profiler.h"
 
@@ -7,28 +9,59 @@ namespace paratrain::ops {
 
 using namespace detail;
 
+Tensor to_dtype(const Tensor& x_in, DType dtype) {
+  if (!x_in.defined() || x_in.dtype() == dtype) return x_in;
+  autograd::profiler::OpScope op_scope("to_dtype", false);
+  Tensor x = float_contiguous(x_in, "to_dtype", "input");
+  if (!dtype_is_float(dtype)) PT_THROW(InputError, "to_dtype: target must be floating point, got ", dtype_name(dtype));
+  Tensor out = convert(x, dtype);
+  if (autograd::any_requires_grad({&x_in})) {
+    const DType from = x.dtype();
+    record_lambda("to_dtype", {&x_in}, {&out}, [from](std::vector<Tensor>& g) { return std::vector<Tensor>{convert(g[0], from)}; });
+  }
+  return out;
+}
+
+namespace {
+// The inputs of a two-input elementwise op in their common (widest) dtype: `a`, `b` are
+// the graph's inputs (a cast when one was needed), `ac`, `bc` their contiguous data.
+struct Promoted {
+  Tensor a, b, ac, bc;
+};
+Promoted promoted(const char* op, const Tensor& a_in, const Tensor& b_in) {
+  expect_same_shape(a_in, b_in, op);
+  float_contiguous(a_in, op, "a");
+  float_contiguous(b_in, op, "b");
+  const DType t = widest(a_in.dtype(), b_in.dtype());
+  Promoted p{to_dtype(a_in, t), to_dtype(b_in, t), {}, {}};
+  p.ac = p.a.contiguous();
+  p.bc = p.b.contiguous();
+  return p;
+}
+}  // namespace
+
 Tensor add(const Tensor& a_in, const Tensor& b_in) {
   autograd::profiler::OpScope op_scope("add", false);
-  expect_same_shape(a_in, b_in, "add");
-  Tensor a = f32_contiguous(a_in, "add", "a"), b = f32_contiguous(b_in, "add", "b");
-  Tensor out = Tensor::empty(a.shape());
-  kernel(&Registry::add, a)(out.data<float>(), a.data<float>(), b.data<float>(), a.numel());
-  if (autograd::any_requires_grad({&a_in, &b_in}))
-    record_lambda("add", {&a_in, &b_in}, {&out}, [](std::vector<Tensor>& g) { return std::vector<Tensor>{g[0], g[0]}; });
+  Promoted p = promoted("add", a_in, b_in);
+  const Tensor &a = p.ac, &b = p.bc;
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  kernel(&Registry::add, a)(out.data_ptr(), a.data_ptr(), b.data_ptr(), a.numel());
+  if (autograd::any_requires_grad({&p.a, &p.b}))
+    record_lambda("add", {&p.a, &p.b}, {&out}, [](std::vector<Tensor>& g) { return std::vector<Tensor>{g[0], g[0]}; });
   return out;
 }
 
 Tensor sub(const Tensor& a_in, const Tensor& b_in) {
   autograd::profiler::OpScope op_scope("sub", false);
-  expect_same_shape(a_in, b_in, "sub");
-  Tensor a = f32_contiguous(a_in, "sub", "a"), b = f32_contiguous(b_in, "sub", "b");
-  Tensor out = Tensor::empty(a.shape());
-  kernel(&Registry::sub, a)(out.data<float>(), a.data<float>(), b.data<float>(), a.numel());
-  if (autograd::any_requires_grad({&a_in, &b_in}))
-    record_lambda("sub", {&a_in, &b_in}, {&out}, [](std::vector<Tensor>& g) {
+  Promoted p = promoted("sub", a_in, b_in);
+  const Tensor &a = p.ac, &b = p.bc;
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  kernel(&Registry::sub, a)(out.data_ptr(), a.data_ptr(), b.data_ptr(), a.numel());
+  if (autograd::any_requires_grad({&p.a, &p.b}))
+    record_lambda("sub", {&p.a, &p.b}, {&out}, [](std::vector<Tensor>& g) {
       Tensor gc = g[0].contiguous();
-      Tensor nb = Tensor::empty(gc.shape());
-      kernel(&Registry::scale, gc)(nb.data<float>(), gc.data<float>(), -1.0f, gc.numel());
+      Tensor nb = Tensor::empty(gc.shape(), gc.dtype());
+      kernel(&Registry::scale, gc)(nb.data_ptr(), gc.data_ptr(), -1.0f, gc.numel());
       return std::vector<Tensor>{gc, nb};
     });
   return out;
@@ -36,17 +69,17 @@ Tensor sub(const Tensor& a_in, const Tensor& b_in) {
 
 Tensor mul(const Tensor& a_in, const Tensor& b_in) {
   autograd::profiler::OpScope op_scope("mul", false);
-  expect_same_shape(a_in, b_in, "mul");
-  Tensor a = f32_contiguous(a_in, "mul", "a"), b = f32_contiguous(b_in, "mul", "b");
-  Tensor out = Tensor::empty(a.shape());
-  kernel(&Registry::mul, a)(out.data<float>(), a.data<float>(), b.data<float>(), a.numel());
-  if (autograd::any_requires_grad({&a_in, &b_in})) {
+  Promoted p = promoted("mul", a_in, b_in);
+  const Tensor &a = p.ac, &b = p.bc;
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  kernel(&Registry::mul, a)(out.data_ptr(), a.data_ptr(), b.data_ptr(), a.numel());
+  if (autograd::any_requires_grad({&p.a, &p.b})) {
     Tensor sa = a.detach(), sb = b.detach();
-    record_lambda("mul", {&a_in, &b_in}, {&out}, [sa, sb](std::vector<Tensor>& g) {
+    record_lambda("mul", {&p.a, &p.b}, {&out}, [sa, sb](std::vector<Tensor>& g) {
       Tensor gc = g[0].contiguous();
-      Tensor da = Tensor::empty(gc.shape()), db = Tensor::empty(gc.shape());
-      kernel(&Registry::mul, gc)(da.data<float>(), gc.data<float>(), sb.data<float>(), gc.numel());
-      kernel(&Registry::mul, gc)(db.data<float>(), gc.data<float>(), sa.data<float>(), gc.numel());
+      Tensor da = Tensor::empty(gc.shape(), gc.dtype()), db = Tensor::empty(gc.shape(), gc.dtype());
+      kernel(&Registry::mul, gc)(da.data_ptr(), gc.data_ptr(), sb.data_ptr(), gc.numel());
+      kernel(&Registry::mul, gc)(db.data_ptr(), gc.data_ptr(), sa.data_ptr(), gc.numel());
       return std::vector<Tensor>{da, db};
     });
   }
@@ -55,14 +88,14 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
 
 Tensor scale(const Tensor& a_in, float s) {
   autograd::profiler::OpScope op_scope("scale", false);
-  Tensor a = f32_contiguous(a_in, "scale", "a");
-  Tensor out = Tensor::empty(a.shape());
-  kernel(&Registry::scale, a)(out.data<float>(), a.data<float>(), s, a.numel());
+  Tensor a = float_contiguous(a_in, "scale", "a");
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  kernel(&Registry::scale, a)(out.data_ptr(), a.data_ptr(), s, a.numel());
   if (autograd::any_requires_grad({&a_in}))
     record_lambda("scale", {&a_in}, {&out}, [s](std::vector<Tensor>& g) {
       Tensor gc = g[0].contiguous();
-      Tensor d = Tensor::empty(gc.shape());
-      kernel(&Registry::scale, gc)(d.data<float>(), gc.data<float>(), s, gc.numel());
+      Tensor d = Tensor::empty(gc.shape(), gc.dtype());
+      kernel(&Registry::scale, gc)(d.data_ptr(), gc.data_ptr(), s, gc.numel());
       return std::vector<Tensor>{d};
     });
   return out;
@@ -71,15 +104,15 @@ Tensor scale(const Tensor& a_in, float s) {
 // Activation whose backward needs the input (relu, gelu) or the output (tanh, sigmoid).
 template <typename Fwd, typename Bwd>
 static Tensor activation(const char* name, const Tensor& x_in, Fwd fwd, Bwd bwd, bool save_output) {
-  Tensor x = f32_contiguous(x_in, name, "input");
-  Tensor out = Tensor::empty(x.shape());
-  kernel(fwd, x)(out.data<float>(), x.data<float>(), x.numel());
+  Tensor x = float_contiguous(x_in, name, "input");
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  kernel(fwd, x)(out.data_ptr(), x.data_ptr(), x.numel());
   if (autograd::any_requires_grad({&x_in})) {
     Tensor saved = save_output ? out.detach() : x.detach();
     record_lambda(name, {&x_in}, {&out}, [saved, bwd](std::vector<Tensor>& g) {
       Tensor gc = g[0].contiguous();
-      Tensor d = Tensor::zeros(gc.shape());
-      kernel(bwd, gc)(d.data<float>(), gc.data<float>(), saved.data<float>(), gc.numel());
+      Tensor d = Tensor::zeros(gc.shape(), gc.dtype());
+      kernel(bwd, gc)(d.data_ptr(), gc.data_ptr(), saved.data_ptr(), gc.numel());
       return std::vector<Tensor>{d};
     });
   }
@@ -103,13 +136,16 @@ Tensor sigmoid(const Tensor& x) {
   return activation("sigmoid", x, &Registry::sigmoid_forward, &Registry::sigmoid_backward, true);
 }
 
+// The sum (f64 accumulation in the kernel) as a one-element f32 tensor; the gradient is
+// the upstream value times `factor` everywhere, in x's dtype.
 static Tensor reduce_scalar(const char* name, const Tensor& x_in, double factor) {
-  Tensor x = f32_contiguous(x_in, name, "input");
-  Tensor out = Tensor::full({}, kernel(&Registry::sum, x)(x.data<float>(), x.numel()) * factor);
+  Tensor x = float_contiguous(x_in, name, "input");
+  Tensor out = Tensor::full({}, kernel(&Registry::sum, x)(x.data_ptr(), x.numel()) * factor);
   if (autograd::any_requires_grad({&x_in})) {
     Shape shape = x.shape();
-    record_lambda(name, {&x_in}, {&out}, [shape, factor](std::vector<Tensor>& g) {
-      return std::vector<Tensor>{Tensor::full(shape, g[0].item() * factor)};
+    const DType t = x.dtype();
+    record_lambda(name, {&x_in}, {&out}, [shape, factor, t](std::vector<Tensor>& g) {
+      return std::vector<Tensor>{Tensor::full(shape, g[0].item() * factor, t)};
     });
   }
   return out;
@@ -140,19 +176,19 @@ Tensor dropout(const Tensor& x_in, float p, bool training, Generator& gen) {
   autograd::profiler::OpScope op_scope("dropout", false);
   if (p < 0.0f || p >= 1.0f) PT_THROW(InputError, "dropout: probability ", p, " is outside [0, 1)");
   if (!training || p == 0.0f) return x_in;
-  Tensor x = f32_contiguous(x_in, "dropout", "input");
+  Tensor x = float_contiguous(x_in, "dropout", "input");
   const int64_t n = x.numel();
   Tensor mask = Tensor::empty(x.shape(), DType::U8);
   uint8_t* m = mask.data<uint8_t>();
   for (int64_t i = 0; i < n; ++i) m[i] = gen.uniform_f32() >= p ? 1 : 0;
   const float s = 1.0f / (1.0f - p);
-  Tensor out = Tensor::empty(x.shape());
-  kernel(&Registry::dropout_forward, x)(out.data<float>(), x.data<float>(), m, s, n);
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  kernel(&Registry::dropout_forward, x)(out.data_ptr(), x.data_ptr(), m, s, n);
   if (autograd::any_requires_grad({&x_in}))
     record_lambda("dropout", {&x_in}, {&out}, [mask, s](std::vector<Tensor>& g) {
       Tensor gc = g[0].contiguous();
-      Tensor d = Tensor::zeros(gc.shape());
-      kernel(&Registry::dropout_backward, gc)(d.data<float>(), gc.data<float>(), mask.data<uint8_t>(), s, gc.numel());
+      Tensor d = Tensor::zeros(gc.shape(), gc.dtype());
+      kernel(&Registry::dropout_backward, gc)(d.data_ptr(), gc.data_ptr(), mask.data<uint8_t>(), s, gc.numel());
       return std::vector<Tensor>{d};
     });
   return out;

@@ -1,11 +1,14 @@
-// matmul, bmm and linear (GEMM through the kernels layer).
+// matmul, bmm and linear (GEMM through the dispatch point), in the dtype of their inputs;
+// under autocast in the half type (the kernels accumulate in f32).
 #include "common.h"
+#include "paratrain/autograd/autocast.h"
 #include "paratrain/autograd/ops.h"
 #include "paratrain/autograd/profiler.h"
 
 namespace paratrain::ops {
 
 using namespace detail;
+using autograd::autocast_input;
 
 namespace {
 Shape with_last(const Shape& s, int64_t last) {
@@ -16,14 +19,14 @@ Shape with_last(const Shape& s, int64_t last) {
 
 using GemmFn = decltype(Registry::gemm)::Fn;
 
-// out (M,N) = a (M,K) @ op(b), op(b) = b (K,N) or b^T with b (N,K).
-void forward_gemm(GemmFn gemm, float* out, const float* a, const float* b, int64_t M, int64_t N, int64_t K,
+// out (M,N) = a (M,K) @ op(b), op(b) = b (K,N) or b^T with b (N,K). Buffers in the kernel's dtype.
+void forward_gemm(GemmFn gemm, void* out, const void* a, const void* b, int64_t M, int64_t N, int64_t K,
                   bool trans_b) {
   gemm(false, trans_b, M, N, K, 1.0f, a, K, b, trans_b ? K : N, 0.0f, out, N);
 }
 
-// Gradients of out = a @ op(b): da (M,K), db shaped like b.
-void backward_gemm(GemmFn gemm, float* da, float* db, const float* dout, const float* a, const float* b, int64_t M,
+// Gradients of out = a @ op(b): da (M,K), db shaped like b (either may be null).
+void backward_gemm(GemmFn gemm, void* da, void* db, const void* dout, const void* a, const void* b, int64_t M,
                    int64_t N, int64_t K, bool trans_b) {
   if (da) {
     if (trans_b)  // b (N,K): da = dout @ b
@@ -38,12 +41,13 @@ void backward_gemm(GemmFn gemm, float* da, float* db, const float* dout, const f
       gemm(true, false, K, N, M, 1.0f, a, K, dout, N, 0.0f, db, N);
   }
 }
-}  // namespace
 
-Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool in_out_layout) {
-  autograd::profiler::OpScope op_scope("linear", false);
-  Tensor x = f32_contiguous(x_in, "linear", "input");
-  Tensor w = f32_contiguous(w_in, "linear", "weight");
+void* ptr_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+Tensor linear_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool in_out_layout) {
+  Tensor x = float_contiguous(x_in, "linear", "input");
+  Tensor w = float_contiguous(w_in, "linear", "weight");
+  expect_same_dtype("linear", {{"input", &x_in}, {"weight", &w_in}, {"bias", &b_in}});
   if (w.dim() != 2 || x.dim() < 1) PT_THROW(InputError, "linear: weight must be 2-D, got ", shape_str(w.shape()));
   const bool trans_b = !in_out_layout;
   const int64_t K = x.size(-1);
@@ -54,12 +58,12 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool i
   const int64_t M = x.numel() / std::max<int64_t>(K, 1);
   Tensor b;
   if (b_in.defined()) {
-    b = f32_contiguous(b_in, "linear", "bias");
+    b = float_contiguous(b_in, "linear", "bias");
     if (b.numel() != N) PT_THROW(InputError, "linear: bias ", shape_str(b.shape()), " for ", N, " outputs");
   }
-  Tensor out = Tensor::empty(with_last(x.shape(), N));
-  forward_gemm(kernel(&Registry::gemm, x), out.data<float>(), x.data<float>(), w.data<float>(), M, N, K, trans_b);
-  if (b.defined()) kernel(&Registry::bias_add, out)(out.data<float>(), b.data<float>(), M, N);
+  Tensor out = Tensor::empty(with_last(x.shape(), N), x.dtype());
+  forward_gemm(kernel(&Registry::gemm, x), out.data_ptr(), x.data_ptr(), w.data_ptr(), M, N, K, trans_b);
+  if (b.defined()) kernel(&Registry::bias_add, out)(out.data_ptr(), b.data_ptr(), M, N);
   if (autograd::any_requires_grad({&x_in, &w_in, &b_in})) {
     Tensor sx = x.detach(), sw = w.detach();
     bool has_bias = b.defined();
@@ -69,42 +73,53 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool i
     node->set_fn([sx, sw, has_bias, M, N, K, trans_b, raw](std::vector<Tensor>& g) {
       Tensor dout = g[0].contiguous();
       Tensor dx, dw, db;
-      if (raw->needs_input_grad(0)) dx = Tensor::empty(sx.shape());
-      if (raw->needs_input_grad(1)) dw = Tensor::empty(sw.shape());
-      backward_gemm(kernel(&Registry::gemm, dout), dx.defined() ? dx.data<float>() : nullptr, dw.defined() ? dw.data<float>() : nullptr,
-                    dout.data<float>(), sx.data<float>(), sw.data<float>(), M, N, K, trans_b);
+      if (raw->needs_input_grad(0)) dx = Tensor::empty(sx.shape(), sx.dtype());
+      if (raw->needs_input_grad(1)) dw = Tensor::empty(sw.shape(), sw.dtype());
+      backward_gemm(kernel(&Registry::gemm, dout), ptr_or_null(dx), ptr_or_null(dw), dout.data_ptr(), sx.data_ptr(),
+                    sw.data_ptr(), M, N, K, trans_b);
       if (has_bias && raw->needs_input_grad(2)) {
-        db = Tensor::zeros({N});
-        kernel(&Registry::bias_backward, dout)(db.data<float>(), dout.data<float>(), M, N);
+        db = Tensor::zeros({N}, dout.dtype());
+        kernel(&Registry::bias_backward, dout)(db.data_ptr(), dout.data_ptr(), M, N);
       }
       return std::vector<Tensor>{dx, dw, db};
     });
   }
   return out;
 }
+}  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool trans_b) {
-  return linear(a, b, Tensor(), !trans_b);
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool in_out_layout) {
+  autograd::profiler::OpScope op_scope("linear", false);
+  return linear_impl(autocast_input("linear", x), autocast_input("linear", w), autocast_input("linear", b),
+                     in_out_layout);
 }
 
-Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_b) {
+  autograd::profiler::OpScope op_scope("matmul", false);
+  return linear_impl(autocast_input("matmul", a), autocast_input("matmul", b), Tensor(), !trans_b);
+}
+
+Tensor bmm(const Tensor& a_raw, const Tensor& b_raw) {
   autograd::profiler::OpScope op_scope("bmm", false);
-  Tensor a = f32_contiguous(a_in, "bmm", "a"), b = f32_contiguous(b_in, "bmm", "b");
+  const Tensor a_in = autocast_input("bmm", a_raw), b_in = autocast_input("bmm", b_raw);
+  Tensor a = float_contiguous(a_in, "bmm", "a"), b = float_contiguous(b_in, "bmm", "b");
+  expect_same_dtype("bmm", {{"a", &a_in}, {"b", &b_in}});
   if (a.dim() != 3 || b.dim() != 3 || a.size(0) != b.size(0) || a.size(2) != b.size(1))
     PT_THROW(InputError, "bmm: shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()), " do not fit");
   const int64_t Bt = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
-  Tensor out = Tensor::empty({Bt, M, N});
-  kernel(&Registry::gemm_batched, a)(false, false, M, N, K, 1.0f, a.data<float>(), K, b.data<float>(), N, 0.0f, out.data<float>(), N, Bt,
-                  M * K, K * N, M * N);
+  Tensor out = Tensor::empty({Bt, M, N}, a.dtype());
+  kernel(&Registry::gemm_batched, a)(false, false, M, N, K, 1.0f, a.data_ptr(), K, b.data_ptr(), N, 0.0f,
+                                     out.data_ptr(), N, Bt, M * K, K * N, M * N);
   if (autograd::any_requires_grad({&a_in, &b_in})) {
     Tensor sa = a.detach(), sb = b.detach();
     record_lambda("bmm", {&a_in, &b_in}, {&out}, [sa, sb, Bt, M, N, K](std::vector<Tensor>& g) {
       Tensor dout = g[0].contiguous();
-      Tensor da = Tensor::empty(sa.shape()), db = Tensor::empty(sb.shape());
-      kernel(&Registry::gemm_batched, dout)(false, true, M, K, N, 1.0f, dout.data<float>(), N, sb.data<float>(), N, 0.0f, da.data<float>(),
-                      K, Bt, M * N, K * N, M * K);
-      kernel(&Registry::gemm_batched, dout)(true, false, K, N, M, 1.0f, sa.data<float>(), K, dout.data<float>(), N, 0.0f, db.data<float>(),
-                      N, Bt, M * K, M * N, K * N);
+      Tensor da = Tensor::empty(sa.shape(), sa.dtype()), db = Tensor::empty(sb.shape(), sb.dtype());
+      auto gemm_batched = kernel(&Registry::gemm_batched, dout);
+      gemm_batched(false, true, M, K, N, 1.0f, dout.data_ptr(), N, sb.data_ptr(), N, 0.0f, da.data_ptr(), K, Bt,
+                   M * N, K * N, M * K);
+      gemm_batched(true, false, K, N, M, 1.0f, sa.data_ptr(), K, dout.data_ptr(), N, 0.0f, db.data_ptr(), N, Bt,
+                   M * K, M * N, K * N);
       return std::vector<Tensor>{da, db};
     });
   }

@@ -1,40 +1,48 @@
 // Ops of neural-network layers: layer norm, softmax, embeddings, attention, cross-entropy,
-// convolution and pooling.
+// convolution and pooling. Each computes in the dtype of its (autocast-cast) inputs;
+// statistics (LayerNorm mean/rstd, log-sum-exp, per-row losses) are f32.
 #include "common.h"
+#include "paratrain/autograd/autocast.h"
 #include "paratrain/autograd/ops.h"
 #include "paratrain/autograd/profiler.h"
 
 namespace paratrain::ops {
 
 using namespace detail;
+using autograd::autocast_input;
 using autograd::Node;
 
-Tensor layer_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, float eps) {
+namespace {
+void* ptr_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+}  // namespace
+
+Tensor layer_norm(const Tensor& x_raw, const Tensor& w_raw, const Tensor& b_raw, float eps) {
   autograd::profiler::OpScope op_scope("layer_norm", false);
-  Tensor x = f32_contiguous(x_in, "layer_norm", "input");
+  const Tensor x_in = autocast_input("layer_norm", x_raw), w_in = autocast_input("layer_norm", w_raw),
+               b_in = autocast_input("layer_norm", b_raw);
+  Tensor x = float_contiguous(x_in, "layer_norm", "input");
+  expect_same_dtype("layer_norm", {{"input", &x_in}, {"weight", &w_in}, {"bias", &b_in}});
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
   Tensor w, b;
-  if (w_in.defined()) w = f32_contiguous(w_in, "layer_norm", "weight");
-  if (b_in.defined()) b = f32_contiguous(b_in, "layer_norm", "bias");
+  if (w_in.defined()) w = float_contiguous(w_in, "layer_norm", "weight");
+  if (b_in.defined()) b = float_contiguous(b_in, "layer_norm", "bias");
   if ((w.defined() && w.numel() != C) || (b.defined() && b.numel() != C))
     PT_THROW(InputError, "layer_norm: weight/bias do not match the last dim ", C, " of ", shape_str(x.shape()));
-  Tensor out = Tensor::empty(x.shape()), mean = Tensor::empty({N}), rstd = Tensor::empty({N});
-  kernel(&Registry::layernorm_forward, x)(out.data<float>(), mean.data<float>(), rstd.data<float>(), x.data<float>(),
-                       w.defined() ? w.data<float>() : nullptr, b.defined() ? b.data<float>() : nullptr, N, C, eps);
+  Tensor out = Tensor::empty(x.shape(), x.dtype()), mean = Tensor::empty({N}), rstd = Tensor::empty({N});
+  kernel(&Registry::layernorm_forward, x)(out.data_ptr(), mean.data<float>(), rstd.data<float>(), x.data_ptr(),
+                                          ptr_or_null(w), ptr_or_null(b), N, C, eps);
   if (autograd::any_requires_grad({&x_in, &w_in, &b_in})) {
     Tensor sx = x.detach(), sw = w.defined() ? w.detach() : Tensor();
     record_with_node("layer_norm", {&x_in, &w_in, &b_in}, {&out},
                      [sx, sw, mean, rstd, N, C](Node& node, std::vector<Tensor>& g) {
                        Tensor dout = g[0].contiguous();
                        Tensor dx, dw, db;
-                       if (node.needs_input_grad(0)) dx = Tensor::zeros(sx.shape());
-                       if (node.needs_input_grad(1)) dw = Tensor::zeros({C});
-                       if (node.needs_input_grad(2)) db = Tensor::zeros({C});
-                       kernel(&Registry::layernorm_backward, dout)(dx.defined() ? dx.data<float>() : nullptr,
-                                             dw.defined() ? dw.data<float>() : nullptr,
-                                             db.defined() ? db.data<float>() : nullptr, dout.data<float>(),
-                                             sx.data<float>(), sw.defined() ? sw.data<float>() : nullptr,
-                                             mean.data<float>(), rstd.data<float>(), N, C);
+                       if (node.needs_input_grad(0)) dx = Tensor::zeros(sx.shape(), sx.dtype());
+                       if (node.needs_input_grad(1)) dw = Tensor::zeros({C}, sx.dtype());
+                       if (node.needs_input_grad(2)) db = Tensor::zeros({C}, sx.dtype());
+                       kernel(&Registry::layernorm_backward, dout)(ptr_or_null(dx), ptr_or_null(dw), ptr_or_null(db),
+                                                                   dout.data_ptr(), sx.data_ptr(), ptr_or_null(sw),
+                                                                   mean.data<float>(), rstd.data<float>(), N, C);
                        return std::vector<Tensor>{dx, dw, db};
                      });
   }
@@ -42,17 +50,18 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, fl
 }
 
 template <typename Fwd, typename Bwd>
-static Tensor row_softmax(const char* name, const Tensor& x_in, Fwd fwd, Bwd bwd) {
-  Tensor x = f32_contiguous(x_in, name, "input");
+static Tensor row_softmax(const char* name, const Tensor& x_raw, Fwd fwd, Bwd bwd) {
+  const Tensor x_in = autocast_input(name, x_raw);
+  Tensor x = float_contiguous(x_in, name, "input");
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(C, 1);
-  Tensor out = Tensor::empty(x.shape());
-  kernel(fwd, x)(out.data<float>(), x.data<float>(), N, C);
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  kernel(fwd, x)(out.data_ptr(), x.data_ptr(), N, C);
   if (autograd::any_requires_grad({&x_in})) {
     Tensor so = out.detach();
     record_lambda(name, {&x_in}, {&out}, [so, bwd, N, C](std::vector<Tensor>& g) {
       Tensor dout = g[0].contiguous();
-      Tensor dx = Tensor::zeros(so.shape());
-      kernel(bwd, dout)(dx.data<float>(), dout.data<float>(), so.data<float>(), N, C);
+      Tensor dx = Tensor::zeros(so.shape(), so.dtype());
+      kernel(bwd, dout)(dx.data_ptr(), dout.data_ptr(), so.data_ptr(), N, C);
       return std::vector<Tensor>{dx};
     });
   }
@@ -68,21 +77,23 @@ Tensor log_softmax(const Tensor& x) {
   return row_softmax("log_softmax", x, &Registry::log_softmax_forward, &Registry::log_softmax_backward);
 }
 
+// Embeddings run in the dtype of their tables (f32 master weights: the residual stream
+// starts in f32 under autocast too).
 Tensor embedding(const Tensor& tokens_in, const Tensor& wte_in) {
   autograd::profiler::OpScope op_scope("embedding", false);
   Tensor tokens = i32_contiguous(tokens_in, "embedding", "tokens");
-  Tensor wte = f32_contiguous(wte_in, "embedding", "weight");
+  Tensor wte = float_contiguous(wte_in, "embedding", "weight");
   if (wte.dim() != 2) PT_THROW(InputError, "embedding: weight must be 2-D, got ", shape_str(wte.shape()));
   const int64_t V = wte.size(0), C = wte.size(1), N = tokens.numel();
   Shape out_shape = tokens.shape();
   out_shape.push_back(C);
-  Tensor out = Tensor::empty(out_shape);
-  kernel(&Registry::embedding_forward, wte)(out.data<float>(), tokens.data<int32_t>(), wte.data<float>(), N, V, C);
+  Tensor out = Tensor::empty(out_shape, wte.dtype());
+  kernel(&Registry::embedding_forward, wte)(out.data_ptr(), tokens.data<int32_t>(), wte.data_ptr(), N, V, C);
   if (autograd::any_requires_grad({&wte_in})) {
     record_lambda("embedding", {&tokens_in, &wte_in}, {&out}, [tokens, V, C, N](std::vector<Tensor>& g) {
       Tensor dout = g[0].contiguous();
-      Tensor dwte = Tensor::zeros({V, C});
-      kernel(&Registry::embedding_backward, dout)(dwte.data<float>(), dout.data<float>(), tokens.data<int32_t>(), N, V, C);
+      Tensor dwte = Tensor::zeros({V, C}, dout.dtype());
+      kernel(&Registry::embedding_backward, dout)(dwte.data_ptr(), dout.data_ptr(), tokens.data<int32_t>(), N, V, C);
       return std::vector<Tensor>{Tensor(), dwte};
     });
   }
@@ -92,64 +103,68 @@ Tensor embedding(const Tensor& tokens_in, const Tensor& wte_in) {
 Tensor gpt_embedding(const Tensor& tokens_in, const Tensor& wte_in, const Tensor& wpe_in) {
   autograd::profiler::OpScope op_scope("gpt_embedding", false);
   Tensor tokens = i32_contiguous(tokens_in, "gpt_embedding", "tokens");
-  Tensor wte = f32_contiguous(wte_in, "gpt_embedding", "wte");
-  Tensor wpe = f32_contiguous(wpe_in, "gpt_embedding", "wpe");
+  Tensor wte = float_contiguous(wte_in, "gpt_embedding", "wte");
+  Tensor wpe = float_contiguous(wpe_in, "gpt_embedding", "wpe");
+  expect_same_dtype("gpt_embedding", {{"wte", &wte_in}, {"wpe", &wpe_in}});
   if (tokens.dim() != 2) PT_THROW(InputError, "gpt_embedding: tokens must be (B,T), got ", shape_str(tokens.shape()));
   const int64_t B = tokens.size(0), T = tokens.size(1), V = wte.size(0), C = wte.size(1);
   if (wpe.size(1) != C || T > wpe.size(0))
     PT_THROW(InputError, "gpt_embedding: sequence length ", T, " exceeds the block size ", wpe.size(0));
-  Tensor out = Tensor::empty({B, T, C});
-  kernel(&Registry::encoder_forward, wte)(out.data<float>(), tokens.data<int32_t>(), wte.data<float>(), wpe.data<float>(), B, T, V, C);
+  Tensor out = Tensor::empty({B, T, C}, wte.dtype());
+  kernel(&Registry::encoder_forward, wte)(out.data_ptr(), tokens.data<int32_t>(), wte.data_ptr(), wpe.data_ptr(), B,
+                                          T, V, C);
   if (autograd::any_requires_grad({&wte_in, &wpe_in})) {
     Shape wpe_shape = wpe.shape();
     record_with_node("gpt_embedding", {&tokens_in, &wte_in, &wpe_in}, {&out},
                      [tokens, wpe_shape, B, T, V, C](Node& node, std::vector<Tensor>& g) {
                        Tensor dout = g[0].contiguous();
                        Tensor dwte, dwpe;
-                       if (node.needs_input_grad(1)) dwte = Tensor::zeros({V, C});
-                       if (node.needs_input_grad(2)) dwpe = Tensor::zeros(wpe_shape);
-                       kernel(&Registry::encoder_backward, dout)(dwte.defined() ? dwte.data<float>() : nullptr,
-                                           dwpe.defined() ? dwpe.data<float>() : nullptr, dout.data<float>(),
-                                           tokens.data<int32_t>(), B, T, V, C);
+                       if (node.needs_input_grad(1)) dwte = Tensor::zeros({V, C}, dout.dtype());
+                       if (node.needs_input_grad(2)) dwpe = Tensor::zeros(wpe_shape, dout.dtype());
+                       kernel(&Registry::encoder_backward, dout)(ptr_or_null(dwte), ptr_or_null(dwpe), dout.data_ptr(),
+                                                                 tokens.data<int32_t>(), B, T, V, C);
                        return std::vector<Tensor>{Tensor(), dwte, dwpe};
                      });
   }
   return out;
 }
 
-Tensor causal_self_attention(const Tensor& qkv_in, int64_t n_head) {
+Tensor causal_self_attention(const Tensor& qkv_raw, int64_t n_head) {
   autograd::profiler::OpScope op_scope("causal_self_attention", false);
-  Tensor qkv = f32_contiguous(qkv_in, "causal_self_attention", "qkv");
+  const Tensor qkv_in = autocast_input("causal_self_attention", qkv_raw);
+  Tensor qkv = float_contiguous(qkv_in, "causal_self_attention", "qkv");
   if (qkv.dim() != 3 || qkv.size(2) % 3 != 0)
     PT_THROW(InputError, "causal_self_attention: qkv must be (B,T,3C), got ", shape_str(qkv.shape()));
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
   if (n_head <= 0 || C % n_head != 0)
     PT_THROW(InputError, "causal_self_attention: width ", C, " is not divisible by ", n_head, " heads");
-  Tensor out = Tensor::empty({B, T, C}), lse = Tensor::empty({B, n_head, T});
-  kernel(&Registry::attention_forward, qkv)(out.data<float>(), lse.data<float>(), qkv.data<float>(), B, T, C, n_head);
+  Tensor out = Tensor::empty({B, T, C}, qkv.dtype()), lse = Tensor::empty({B, n_head, T});
+  kernel(&Registry::attention_forward, qkv)(out.data_ptr(), lse.data<float>(), qkv.data_ptr(), B, T, C, n_head);
   if (autograd::any_requires_grad({&qkv_in})) {
     Tensor sq = qkv.detach(), so = out.detach();
     record_lambda("causal_self_attention", {&qkv_in}, {&out}, [sq, so, lse, B, T, C, n_head](std::vector<Tensor>& g) {
       Tensor dout = g[0].contiguous();
-      Tensor dqkv = Tensor::zeros(sq.shape());
-      kernel(&Registry::attention_backward, dout)(dqkv.data<float>(), dout.data<float>(), sq.data<float>(), so.data<float>(),
-                            lse.data<float>(), B, T, C, n_head);
+      Tensor dqkv = Tensor::zeros(sq.shape(), sq.dtype());
+      kernel(&Registry::attention_backward, dout)(dqkv.data_ptr(), dout.data_ptr(), sq.data_ptr(), so.data_ptr(),
+                                                  lse.data<float>(), B, T, C, n_head);
       return std::vector<Tensor>{dqkv};
     });
   }
   return out;
 }
 
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in) {
+Tensor cross_entropy(const Tensor& logits_raw, const Tensor& targets_in) {
   autograd::profiler::OpScope op_scope("cross_entropy", false);
-  Tensor logits = f32_contiguous(logits_in, "cross_entropy", "logits");
+  const Tensor logits_in = autocast_input("cross_entropy", logits_raw);
+  Tensor logits = float_contiguous(logits_in, "cross_entropy", "logits");
   Tensor targets = i32_contiguous(targets_in, "cross_entropy", "targets");
   const int64_t V = logits.size(-1), N = logits.numel() / std::max<int64_t>(V, 1);
   if (targets.numel() != N)
     PT_THROW(InputError, "cross_entropy: ", targets.numel(), " targets for ", N, " rows of logits ",
              shape_str(logits.shape()));
   Tensor losses = Tensor::empty({N}), lse = Tensor::empty({N});
-  kernel(&Registry::crossentropy_forward, logits)(losses.data<float>(), lse.data<float>(), logits.data<float>(), targets.data<int32_t>(), N, V);
+  kernel(&Registry::crossentropy_forward, logits)(losses.data<float>(), lse.data<float>(), logits.data_ptr(),
+                                                  targets.data<int32_t>(), N, V);
   int64_t count = 0;
   const int32_t* t = targets.data<int32_t>();
   for (int64_t i = 0; i < N; ++i) count += t[i] != k::kIgnoreIndex;
@@ -161,27 +176,31 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in) {
                   [sl, lse, targets, N, V, count](std::vector<Tensor>& g) {
                     const float scale = count ? static_cast<float>(g[0].item() / static_cast<double>(count)) : 0.0f;
                     Tensor dl = Tensor::full({N}, scale);
-                    Tensor dlogits = Tensor::empty(sl.shape());
-                    kernel(&Registry::crossentropy_backward, dlogits)(dlogits.data<float>(), dl.data<float>(), sl.data<float>(),
-                                             lse.data<float>(), targets.data<int32_t>(), N, V);
+                    Tensor dlogits = Tensor::empty(sl.shape(), sl.dtype());
+                    kernel(&Registry::crossentropy_backward, dlogits)(dlogits.data_ptr(), dl.data<float>(),
+                                                                      sl.data_ptr(), lse.data<float>(),
+                                                                      targets.data<int32_t>(), N, V);
                     return std::vector<Tensor>{dlogits, Tensor()};
                   });
   }
   return out;
 }
 
-Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_t stride, int64_t padding) {
+Tensor conv2d(const Tensor& x_raw, const Tensor& w_raw, const Tensor& b_raw, int64_t stride, int64_t padding) {
   autograd::profiler::OpScope op_scope("conv2d", false);
-  Tensor x = f32_contiguous(x_in, "conv2d", "input"), w = f32_contiguous(w_in, "conv2d", "weight");
+  const Tensor x_in = autocast_input("conv2d", x_raw), w_in = autocast_input("conv2d", w_raw),
+               b_in = autocast_input("conv2d", b_raw);
+  Tensor x = float_contiguous(x_in, "conv2d", "input"), w = float_contiguous(w_in, "conv2d", "weight");
+  expect_same_dtype("conv2d", {{"input", &x_in}, {"weight", &w_in}, {"bias", &b_in}});
   if (x.dim() != 4 || w.dim() != 4 || w.size(1) != x.size(1) || w.size(2) != w.size(3))
     PT_THROW(InputError, "conv2d: input ", shape_str(x.shape()), " does not fit weight ", shape_str(w.shape()));
   Tensor b;
-  if (b_in.defined()) b = f32_contiguous(b_in, "conv2d", "bias");
+  if (b_in.defined()) b = float_contiguous(b_in, "conv2d", "bias");
   const int64_t N = x.size(0), Ci = x.size(1), H = x.size(2), W = x.size(3), Co = w.size(0), K = w.size(2);
   const int64_t Ho = k::conv2d_out_size(H, K, stride, padding), Wo = k::conv2d_out_size(W, K, stride, padding);
-  Tensor out = Tensor::empty({N, Co, Ho, Wo});
-  kernel(&Registry::conv2d_forward, x)(out.data<float>(), x.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr, N,
-                    Ci, H, W, Co, K, stride, padding);
+  Tensor out = Tensor::empty({N, Co, Ho, Wo}, x.dtype());
+  kernel(&Registry::conv2d_forward, x)(out.data_ptr(), x.data_ptr(), w.data_ptr(), ptr_or_null(b), N, Ci, H, W, Co,
+                                       K, stride, padding);
   if (autograd::any_requires_grad({&x_in, &w_in, &b_in})) {
     Tensor sx = x.detach(), sw = w.detach();
     bool has_bias = b.defined();
@@ -189,33 +208,35 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, int64_
                      [sx, sw, has_bias, N, Ci, H, W, Co, K, stride, padding](Node& node, std::vector<Tensor>& g) {
                        Tensor dout = g[0].contiguous();
                        Tensor dx, dw, db;
-                       if (node.needs_input_grad(0)) dx = Tensor::zeros(sx.shape());
-                       if (node.needs_input_grad(1)) dw = Tensor::zeros(sw.shape());
-                       if (has_bias && node.needs_input_grad(2)) db = Tensor::zeros({Co});
-                       kernel(&Registry::conv2d_backward, dout)(dx.defined() ? dx.data<float>() : nullptr,
-                                          dw.defined() ? dw.data<float>() : nullptr,
-                                          db.defined() ? db.data<float>() : nullptr, dout.data<float>(),
-                                          sx.data<float>(), sw.data<float>(), N, Ci, H, W, Co, K, stride, padding);
+                       if (node.needs_input_grad(0)) dx = Tensor::zeros(sx.shape(), sx.dtype());
+                       if (node.needs_input_grad(1)) dw = Tensor::zeros(sw.shape(), sw.dtype());
+                       if (has_bias && node.needs_input_grad(2)) db = Tensor::zeros({Co}, sw.dtype());
+                       kernel(&Registry::conv2d_backward, dout)(ptr_or_null(dx), ptr_or_null(dw), ptr_or_null(db),
+                                                                dout.data_ptr(), sx.data_ptr(), sw.data_ptr(), N, Ci,
+                                                                H, W, Co, K, stride, padding);
                        return std::vector<Tensor>{dx, dw, db};
                      });
   }
   return out;
 }
 
-Tensor max_pool2d(const Tensor& x_in, int64_t kernel, int64_t stride, int64_t padding) {
+Tensor max_pool2d(const Tensor& x_in, int64_t size, int64_t stride, int64_t padding) {
   autograd::profiler::OpScope op_scope("max_pool2d", false);
-  Tensor x = f32_contiguous(x_in, "max_pool2d", "input");
+  Tensor x = float_contiguous(x_in, "max_pool2d", "input");
   if (x.dim() != 4) PT_THROW(InputError, "max_pool2d: input must be (N,C,H,W), got ", shape_str(x.shape()));
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  const int64_t Ho = k::conv2d_out_size(H, kernel, stride, padding), Wo = k::conv2d_out_size(W, kernel, stride, padding);
-  Tensor out = Tensor::empty({N, C, Ho, Wo}), argmax = Tensor::empty({N, C, Ho, Wo}, DType::I32);
-  detail::kernel(&Registry::maxpool2d_forward, x)(out.data<float>(), argmax.data<int32_t>(), x.data<float>(), N, C, H, W, kernel, stride, padding);
+  const int64_t Ho = k::conv2d_out_size(H, size, stride, padding), Wo = k::conv2d_out_size(W, size, stride, padding);
+  Tensor out = Tensor::empty({N, C, Ho, Wo}, x.dtype()), argmax = Tensor::empty({N, C, Ho, Wo}, DType::I32);
+  kernel(&Registry::maxpool2d_forward, x)(out.data_ptr(), argmax.data<int32_t>(), x.data_ptr(), N, C, H, W, size,
+                                          stride, padding);
   if (autograd::any_requires_grad({&x_in})) {
     Shape in_shape = x.shape();
-    record_lambda("max_pool2d", {&x_in}, {&out}, [argmax, in_shape, N, C, H, W, Ho, Wo](std::vector<Tensor>& g) {
+    const DType t = x.dtype();
+    record_lambda("max_pool2d", {&x_in}, {&out}, [argmax, in_shape, t, N, C, H, W, Ho, Wo](std::vector<Tensor>& g) {
       Tensor dout = g[0].contiguous();
-      Tensor dx = Tensor::zeros(in_shape);
-      detail::kernel(&Registry::maxpool2d_backward, dout)(dx.data<float>(), dout.data<float>(), argmax.data<int32_t>(), N, C, H, W, Ho, Wo);
+      Tensor dx = Tensor::zeros(in_shape, t);
+      kernel(&Registry::maxpool2d_backward, dout)(dx.data_ptr(), dout.data_ptr(), argmax.data<int32_t>(), N, C, H, W,
+                                                  Ho, Wo);
       return std::vector<Tensor>{dx};
     });
   }
