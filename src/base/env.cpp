@@ -32,6 +32,9 @@ const std::vector<VarInfo>& declared() {
        "test hook: R:N makes rank R SIGKILL itself while saving the checkpoint step_N, after its files and before "
        "the manifest (an incomplete checkpoint); only in a group's first attempt (TORCHELASTIC_RESTART_COUNT unset "
        "or 0)"},
+      {"PARATRAIN_TEST_INJECT_INF", "",
+       "test hook: R:N makes rank R put an inf into its reduced gradient at step N (0-based), so the loss scaler "
+       "must skip that step on every rank"},
   };
   return vars;
 }

@@ -285,6 +285,7 @@ std::string save_training_state(const std::string& dir, const TrainingState& s, 
   m["world_size"] = s.world_size;
   m["optimizer_steps"] = s.optimizer_steps;
   m["loss_scale"] = s.loss_scale;
+  m["loss_scale_growth_tracker"] = s.loss_scale_growth_tracker;
   if (s.rng) {
     nlohmann::json r = nlohmann::json::array();
     for (uint64_t w : *s.rng) r.push_back(hex_u64(w));
@@ -386,6 +387,7 @@ TrainingState load_training_state(const std::string& ckpt) {
     s.world_size = m.value("world_size", 1);
     s.optimizer_steps = m.value("optimizer_steps", s.step);
     s.loss_scale = m.value("loss_scale", 1.0);
+    s.loss_scale_growth_tracker = m.value("loss_scale_growth_tracker", int64_t{0});
     s.config = m.value("config", nlohmann::json::object());
     if (m.contains("rng") && m["rng"].is_array()) {
       if (m["rng"].size() != 4) PT_THROW(InputError, "rng must hold 4 words");

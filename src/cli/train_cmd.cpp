@@ -48,6 +48,12 @@ int run_train(int argc, char** argv) {
   app.add_option("--threads", c.threads, "compute threads (0 = the host's cores split among local ranks)");
   app.add_option("--device", c.device, "cpu (cuda needs a CUDA build)");
   app.add_flag("--deterministic", c.deterministic, "bit-reproducible reductions");
+  app.add_option("--precision", c.precision,
+                 "fp32 | bf16 | fp16: matrix products, attention and convolutions in the half type, f32 master "
+                 "weights (docs/amp.md)");
+  app.add_option("--loss-scale", c.loss_scale,
+                 "none | dynamic | N: loss scaling (default: dynamic with fp16, none otherwise)");
+  app.add_option("--save-dtype", c.save_dtype, "f32 | bf16: dtype of the --save-final model file");
   app.add_option("--backend", c.backend, "communication backend with several ranks: auto | shm | tcp | mpi")
       ->check(CLI::IsMember({"auto", "shm", "tcp", "mpi"}));
   app.add_option("--dp", c.dp, "data-parallel ranks (0 = the world size; must equal it)");

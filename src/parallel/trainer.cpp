@@ -6,12 +6,15 @@
 #include <csignal>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <ostream>
 #include <sstream>
 #include <thread>
 
+#include "paratrain/amp/mixed_precision.h"
+#include "paratrain/autograd/autocast.h"
 #include "paratrain/autograd/engine.h"
 #include "paratrain/autograd/profiler.h"
 #include "paratrain/base/env.h"
@@ -264,6 +267,10 @@ void validate(const TrainConfig& c) {
     PT_THROW(InputError, "--zero must be 0, 1 or 2 (0 = off, 1 = shard the optimizer state, 2 = also the gradients), got ",
              c.zero);
   compress_options(c.compress, c.powersgd_rank, c.powersgd_start_iter, c.seed, c.deterministic);  // InputError if bad
+  amp::parse_precision(c.precision);  // InputError if bad
+  if (!c.loss_scale.empty()) amp::LossScalerOptions::parse(c.loss_scale);
+  if (c.save_dtype != "f32" && c.save_dtype != "bf16")
+    PT_THROW(InputError, "unknown --save-dtype '", c.save_dtype, "' (expected f32 or bf16)");
   if (c.balance != "none" && c.balance != "auto")
     PT_THROW(InputError, "unknown --balance '", c.balance, "' (expected none or auto)");
   if (c.balance == "auto" && c.deterministic)
@@ -288,7 +295,10 @@ nlohmann::json run_config(const TrainConfig& c, int64_t micro_batch, int world, 
             {"lr", lr},                 {"beta1", c.beta1},               {"beta2", c.beta2},
             {"eps", c.eps},             {"momentum", c.momentum},         {"weight_decay", c.weight_decay},
             {"lr_schedule", c.lr_schedule}, {"warmup_steps", c.warmup_steps}, {"min_lr", c.min_lr},
-            {"grad_clip", c.grad_clip}, {"seed", c.seed}}}};
+            {"grad_clip", c.grad_clip}, {"seed", c.seed},
+            {"precision", amp::precision_name(amp::parse_precision(c.precision))},
+            {"loss_scale", c.loss_scale.empty() ? (amp::parse_precision(c.precision) == DType::F16 ? "dynamic" : "none")
+                                                : c.loss_scale}}}};
 }
 
 // InputError unless `saved` (from the checkpoint) describes the same run as `now`: every
@@ -357,6 +367,46 @@ int64_t test_kill_in_save_step(int rank, int64_t restart_count) {
   }
   if (r < 0 || n < 1) PT_THROW(InputError, "PARATRAIN_TEST_KILL_IN_SAVE='", v, "': RANK must be >= 0 and STEP >= 1");
   return r == rank && restart_count == 0 ? n : -1;
+}
+
+// PARATRAIN_TEST_INJECT_INF=R:N, a test hook: rank R puts an inf into its gradient after the
+// reduction of step N (0-based), so that the loss scaler must skip that step on every rank;
+// -1 on other ranks and when unset. InputError when malformed.
+int64_t test_inject_inf_step(int rank) {
+  const std::string v = env::get_string("PARATRAIN_TEST_INJECT_INF");
+  if (v.empty()) return -1;
+  const auto colon = v.find(':');
+  int64_t r = -1, n = -1;
+  try {
+    if (colon == std::string::npos) throw std::invalid_argument("no colon");
+    size_t used = 0;
+    r = std::stoll(v.substr(0, colon), &used);
+    if (used != colon) throw std::invalid_argument("rank");
+    n = std::stoll(v.substr(colon + 1), &used);
+    if (used != v.size() - colon - 1) throw std::invalid_argument("step");
+  } catch (const std::exception&) {
+    PT_THROW(InputError, "PARATRAIN_TEST_INJECT_INF='", v, "' is not RANK:STEP (e.g. 1:3)");
+  }
+  if (r < 0 || n < 0) PT_THROW(InputError, "PARATRAIN_TEST_INJECT_INF='", v, "': RANK and STEP must be >= 0");
+  return r == rank ? n : -1;
+}
+
+void inject_inf(const optim::NamedParams& params, int rank, int64_t step) {
+  for (const auto& [name, p] : params) {
+    Tensor g = p.grad();
+    if (!g.defined() || g.numel() == 0 || g.dtype() != DType::F32) continue;
+    g.data<float>()[0] = std::numeric_limits<float>::infinity();
+    std::cerr << "rank " << rank << ": PARATRAIN_TEST_INJECT_INF: inf in the gradient of " << name << " at step "
+              << step << "\n";
+    return;
+  }
+}
+
+std::vector<Tensor> grads_of(const optim::NamedParams& params) {
+  std::vector<Tensor> g;
+  g.reserve(params.size());
+  for (const auto& [name, p] : params) g.push_back(p.grad());
+  return g;
 }
 
 }  // namespace
@@ -467,6 +517,12 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   if (cfg.zero > 0) {
     zero = std::make_unique<ZeroOptimizer>(*ddp, *opt);
   }
+  // Mixed precision (docs/amp.md): the forward under autocast with the parameters' half
+  // copies made once per step; the loss scaler's skip decision is agreed by every rank.
+  const DType compute_dtype = amp::parse_precision(cfg.precision);
+  amp::MixedPrecision mp(compute_dtype, cfg.loss_scale.empty() ? amp::default_loss_scale(compute_dtype)
+                                                               : amp::LossScalerOptions::parse(cfg.loss_scale));
+  const int64_t inject_inf_step = test_inject_inf_step(rank);
   // Per rank, gathered after the first step (constant from then on): optimizer state bytes
   // and the gradient buffers held between steps.
   std::vector<int64_t> mem_optimizer_per_rank, mem_grad_per_rank;
@@ -476,6 +532,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     else
       opt->load_state_dict(resumed->optimizer, resumed->optimizer_steps);
     if (Generator* gen = task->generator(); gen && resumed->rng) gen->set_state(*resumed->rng);
+    if (mp.scaler().enabled()) mp.scaler().load_state(resumed->loss_scale, resumed->loss_scale_growth_tracker);
     resumed->model.clear();
     resumed->optimizer.clear();
   }
@@ -523,7 +580,8 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     st.optimizer_shards = shards;
     st.zero_stage = cfg.zero;
     st.optimizer_steps = opt->steps_taken();
-    st.loss_scale = 1.0;
+    st.loss_scale = mp.scaler().scale();
+    st.loss_scale_growth_tracker = mp.scaler().growth_tracker();
     if (Generator* gen = task->generator()) st.rng = gen->state();
     st.world_size = world;
     st.config = this_run;
@@ -596,7 +654,10 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   auto run_eval = [&](int64_t step) {
     if (!task->has_eval()) return;
     nlohmann::json e = {{"step", step}, {"eval", true}};
-    task->evaluate(cfg.eval_batches, pg.get(), e);  // collective (GPT): every rank takes part
+    {
+      autograd::AutocastGuard autocast(compute_dtype, mp.half_copies());
+      task->evaluate(cfg.eval_batches, pg.get(), e);  // collective (GPT): every rank takes part
+    }
     if (rank != 0) return;
     if (e.contains("val_loss")) result.val_loss = e["val_loss"];
     if (e.contains("accuracy")) result.accuracy = e["accuracy"];
@@ -619,14 +680,19 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       model.zero_grad();
     double loss_sum = 0;
     const double weight = balancer.weight(rank, step);  // 1 unless --balance gave this rank more or less
-    accum_seed.data<float>()[0] = static_cast<float>(base_seed * weight);
+    const double loss_scale = mp.scaler().scale();  // the scale this step's gradients carry
+    accum_seed.data<float>()[0] = static_cast<float>(base_seed * weight * loss_scale);
     for (int64_t k = 0; k < cfg.grad_accum; ++k) {
       std::optional<NoSync> no_sync;
       if (ddp && k + 1 < cfg.grad_accum) no_sync.emplace(ddp->no_sync());
       if (k == 0) announce(step + 1);
       const auto t_micro = Clock::now();
       const data::Batch& batch = prefetcher.next(request(step, k));
-      Tensor loss = task->loss(batch.inputs, batch.targets);
+      Tensor loss;
+      {
+        autograd::AutocastGuard autocast(compute_dtype, mp.half_copies());
+        loss = task->loss(batch.inputs, batch.targets);
+      }
       loss_sum += loss.item();
       const double forward_s = seconds_since(t_micro);
       // A simulated slow device is slow before its gradients exist: idle (F-1) x the last
@@ -641,8 +707,15 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     const double compute_s = seconds_since(t0);  // everything but waiting for the last buckets
     const double data_wait_s = prefetcher.take_wait_seconds();
     if (ddp) ddp->finish();  // .grad = mean over every micro-batch of every rank
-    double norm = 0;
-    if (zero) {
+    if (step == inject_inf_step) inject_inf(opt_params, rank, step);
+    // Loss scaling: the gradients are unscaled before clipping; a step with an inf/NaN on any
+    // rank is skipped by all (the flag is reduced over the ranks that hold the gradients).
+    const bool skipped = !mp.scaler().unscale_and_check(grads_of(opt_params), pg.get());
+    double norm = std::numeric_limits<double>::quiet_NaN();
+    if (skipped) {
+      progress.finish();
+      log << "step " << step + 1 << ": gradients hold inf/NaN at loss scale " << loss_scale << ": step skipped\n";
+    } else if (zero) {
       norm = zero->grad_norm();  // global: every rank's shard of the averaged gradient
       zero->clip_grad_norm(cfg.grad_clip, norm);
       zero->step();  // this rank's pieces, then the parameters are all-gathered
@@ -651,6 +724,8 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       optim::clip_grad_norm(params, cfg.grad_clip, norm);
       opt->step();
     }
+    if (!skipped) mp.parameters_changed();  // the half copies are refreshed at the next forward
+    mp.scaler().update();
     if (step == start_step) {  // memory per rank, as it stays between steps
       int64_t mine[2] = {0, 0};
       for (const auto& [key, t] : opt->state_dict()) mine[0] += static_cast<int64_t>(t.nbytes());
@@ -728,7 +803,8 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
                                                  : 0.0},
                           {"peak_flops", peak_flops * world},
                           {"page_faults", monitor::minor_page_faults() - faults_before},
-                          {"loss_scale", 1.0},
+                          {"loss_scale", loss_scale},
+                          {"skipped", skipped},
                           {"mem_peak_bytes", peak_per_rank},
                           {"step_ms_per_rank", step_ms_per_rank},
                           {"compute_ms_per_rank", compute_ms_per_rank},
@@ -737,6 +813,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       m["mem_optimizer_bytes"] = mem_optimizer_per_rank;
       m["mem_grad_bytes"] = mem_grad_per_rank;
       if (zero) m["zero"] = cfg.zero;
+      if (mp.half()) m["precision"] = amp::precision_name(compute_dtype), m["mem_half_copy_bytes"] = mp.half_copy_bytes();
       if (pg) m["comm_bytes"] = ddp->last_stats().bytes, m["comm_bytes_uncompressed"] = ddp->last_stats().bytes_uncompressed;
       if (balancer.enabled()) m["micro_batch_per_rank"] = micro_batch_per_rank;
       m[task->counts_tokens() ? "tokens_per_s" : "samples_per_s"] = static_cast<double>(items_per_step) / step_s;
@@ -749,6 +826,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
            << " | lr " << std::scientific << std::setprecision(2) << step_lr << std::fixed << " | "
            << std::setprecision(0) << rate << (task->counts_tokens() ? " tok/s" : " samples/s") << " | ETA "
            << monitor::format_duration(eta);
+      if (mp.scaler().enabled()) line << " | scale " << std::setprecision(0) << loss_scale << (skipped ? " (skipped)" : "");
       progress.update(step, line.str());
     }
     if (!cfg.checkpoint_dir.empty() &&
@@ -768,7 +846,10 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       << (world > 1 ? " (rank 0)" : "") << "\n";
   if (autograd::profiler::enabled()) log << autograd::profiler::report();
   if (!cfg.save_final.empty() && rank == 0) {
-    checkpoint::save_safetensors(cfg.save_final, model.state_dict(), task->metadata());
+    std::map<std::string, Tensor> weights = model.state_dict();
+    if (cfg.save_dtype == "bf16")
+      for (auto& [name, t] : weights) t = t.to(DType::BF16);
+    checkpoint::save_safetensors(cfg.save_final, weights, task->metadata());
     log << "saved " << cfg.save_final << "\n";
   }
   return result;

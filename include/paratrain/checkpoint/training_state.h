@@ -76,7 +76,8 @@ struct TrainingState {
   int zero_stage = 0;                         // recorded in the manifest
   int64_t optimizer_steps = 0;                // Optimizer::steps_taken()
   std::optional<std::array<uint64_t, 4>> rng; // dropout Generator state, when the run has one
-  double loss_scale = 1.0;
+  double loss_scale = 1.0;                     // the loss scaler's scale (1 without one)
+  int64_t loss_scale_growth_tracker = 0;       // its clean steps towards the next growth
   int world_size = 1;
   // The run's configuration (free-form JSON object the caller builds and compares; the
   // trainer records the data layout micro_batch/grad_accum/dp/seed and every setting that

@@ -34,6 +34,10 @@ struct TrainConfig {
   int threads = 0;  // 0 = the host's cores split among the ranks on it
   std::string device = "cpu";
   bool deterministic = false;
+  // ---- mixed precision (docs/amp.md) ----
+  std::string precision = "fp32";  // fp32 | bf16 | fp16: compute dtype of the forward (autocast)
+  std::string loss_scale;          // none | dynamic | N; "" = dynamic for fp16, none otherwise
+  std::string save_dtype = "f32";  // f32 | bf16: dtype of --save-final's model file
   // ---- data parallel (WORLD_SIZE > 1, mpirun or Slurm: one process per rank) ----
   std::string backend = "auto";  // auto | shm | tcp | mpi
   int64_t dp = 0;                // data-parallel ranks; 0 = the world size (must equal it)
