@@ -53,6 +53,8 @@ int run_train(int argc, char** argv) {
                  "weights (docs/amp.md)");
   app.add_option("--loss-scale", c.loss_scale,
                  "none | dynamic | N: loss scaling (default: dynamic with fp16, none otherwise)");
+  app.add_option("--loss-scale-growth-interval", c.loss_scale_growth_interval,
+                 "dynamic loss scaling: clean steps in a row before the scale doubles");
   app.add_option("--save-dtype", c.save_dtype, "f32 | bf16: dtype of the --save-final model file");
   app.add_option("--backend", c.backend, "communication backend with several ranks: auto | shm | tcp | mpi")
       ->check(CLI::IsMember({"auto", "shm", "tcp", "mpi"}));

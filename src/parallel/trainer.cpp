@@ -269,6 +269,8 @@ void validate(const TrainConfig& c) {
   compress_options(c.compress, c.powersgd_rank, c.powersgd_start_iter, c.seed, c.deterministic);  // InputError if bad
   amp::parse_precision(c.precision);  // InputError if bad
   if (!c.loss_scale.empty()) amp::LossScalerOptions::parse(c.loss_scale);
+  if (c.loss_scale_growth_interval < 1)
+    PT_THROW(InputError, "--loss-scale-growth-interval must be at least 1, got ", c.loss_scale_growth_interval);
   if (c.save_dtype != "f32" && c.save_dtype != "bf16")
     PT_THROW(InputError, "unknown --save-dtype '", c.save_dtype, "' (expected f32 or bf16)");
   if (c.balance != "none" && c.balance != "auto")
@@ -298,7 +300,8 @@ nlohmann::json run_config(const TrainConfig& c, int64_t micro_batch, int world, 
             {"grad_clip", c.grad_clip}, {"seed", c.seed},
             {"precision", amp::precision_name(amp::parse_precision(c.precision))},
             {"loss_scale", c.loss_scale.empty() ? (amp::parse_precision(c.precision) == DType::F16 ? "dynamic" : "none")
-                                                : c.loss_scale}}}};
+                                                : c.loss_scale},
+            {"loss_scale_growth_interval", c.loss_scale_growth_interval}}}};
 }
 
 // InputError unless `saved` (from the checkpoint) describes the same run as `now`: every
@@ -306,11 +309,18 @@ nlohmann::json run_config(const TrainConfig& c, int64_t micro_batch, int world, 
 void check_resume_config(const std::string& ckpt, const nlohmann::json& saved, const nlohmann::json& now) {
   if (!saved.contains("math") || !saved.contains("layout"))
     PT_THROW(InputError, "checkpoint ", ckpt, " does not record the run's configuration; cannot resume from it");
+  // Settings added after checkpoints already existed: a checkpoint without them was saved
+  // with their defaults.
+  static const nlohmann::json kLaterDefaults = {
+      {"precision", "fp32"}, {"loss_scale", "none"}, {"loss_scale_growth_interval", 2000}};
   for (const auto& [key, value] : now["math"].items()) {
-    if (!saved["math"].contains(key) || saved["math"][key] != value)
+    const nlohmann::json* was = saved["math"].contains(key) ? &saved["math"][key]
+                                : kLaterDefaults.contains(key) ? &kLaterDefaults[key]
+                                                               : nullptr;
+    if (!was || *was != value)
       PT_THROW(InputError, "cannot resume from ", ckpt, ": it was saved with ", key, " = ",
-               saved["math"].contains(key) ? saved["math"][key].dump() : std::string("(none)"), ", this run has ",
-               key, " = ", value.dump(), " (resume with the same settings)");
+               was ? was->dump() : std::string("(none)"), ", this run has ", key, " = ", value.dump(),
+               " (resume with the same settings)");
   }
   const auto& a = saved["layout"];
   const auto& b = now["layout"];
@@ -520,8 +530,10 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   // Mixed precision (docs/amp.md): the forward under autocast with the parameters' half
   // copies made once per step; the loss scaler's skip decision is agreed by every rank.
   const DType compute_dtype = amp::parse_precision(cfg.precision);
-  amp::MixedPrecision mp(compute_dtype, cfg.loss_scale.empty() ? amp::default_loss_scale(compute_dtype)
-                                                               : amp::LossScalerOptions::parse(cfg.loss_scale));
+  amp::LossScalerOptions scaler_options = cfg.loss_scale.empty() ? amp::default_loss_scale(compute_dtype)
+                                                                  : amp::LossScalerOptions::parse(cfg.loss_scale);
+  scaler_options.growth_interval = cfg.loss_scale_growth_interval;
+  amp::MixedPrecision mp(compute_dtype, scaler_options);
   const int64_t inject_inf_step = test_inject_inf_step(rank);
   // Per rank, gathered after the first step (constant from then on): optimizer state bytes
   // and the gradient buffers held between steps.

@@ -37,6 +37,7 @@ struct TrainConfig {
   // ---- mixed precision (docs/amp.md) ----
   std::string precision = "fp32";  // fp32 | bf16 | fp16: compute dtype of the forward (autocast)
   std::string loss_scale;          // none | dynamic | N; "" = dynamic for fp16, none otherwise
+  int64_t loss_scale_growth_interval = 2000;  // dynamic scaling: clean steps before the scale doubles
   std::string save_dtype = "f32";  // f32 | bf16: dtype of --save-final's model file
   // ---- data parallel (WORLD_SIZE > 1, mpirun or Slurm: one process per rank) ----
   std::string backend = "auto";  // auto | shm | tcp | mpi
