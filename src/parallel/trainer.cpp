@@ -691,6 +691,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     else
       model.zero_grad();
     double loss_sum = 0;
+    int64_t activation_bytes = 0;  // the most a forward left allocated for its backward (rank 0's)
     const double weight = balancer.weight(rank, step);  // 1 unless --balance gave this rank more or less
     const double loss_scale = mp.scaler().scale();  // the scale this step's gradients carry
     accum_seed.data<float>()[0] = static_cast<float>(base_seed * weight * loss_scale);
@@ -701,10 +702,14 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       const auto t_micro = Clock::now();
       const data::Batch& batch = prefetcher.next(request(step, k));
       Tensor loss;
+      const int64_t in_use_before_forward = alloc.stats().bytes_in_use;
       {
         autograd::AutocastGuard autocast(compute_dtype, mp.half_copies());
         loss = task->loss(batch.inputs, batch.targets);
       }
+      // What the forward left allocated: the activations saved for backward (on the very first
+      // step also the parameters' half copies, made then and kept).
+      activation_bytes = std::max(activation_bytes, alloc.stats().bytes_in_use - in_use_before_forward);
       loss_sum += loss.item();
       const double forward_s = seconds_since(t_micro);
       // A simulated slow device is slow before its gradients exist: idle (F-1) x the last
@@ -826,6 +831,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       m["mem_grad_bytes"] = mem_grad_per_rank;
       if (zero) m["zero"] = cfg.zero;
       if (mp.half()) m["precision"] = amp::precision_name(compute_dtype), m["mem_half_copy_bytes"] = mp.half_copy_bytes();
+      m["mem_activation_bytes"] = activation_bytes;
       if (pg) m["comm_bytes"] = ddp->last_stats().bytes, m["comm_bytes_uncompressed"] = ddp->last_stats().bytes_uncompressed;
       if (balancer.enabled()) m["micro_batch_per_rank"] = micro_batch_per_rank;
       m[task->counts_tokens() ? "tokens_per_s" : "samples_per_s"] = static_cast<double>(items_per_step) / step_s;

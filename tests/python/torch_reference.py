@@ -173,11 +173,18 @@ def make_optimizer(net, lr, beta1, beta2, eps, weight_decay):
                              foreach=False)
 
 
-def run_reference(net, x, y, steps, lr, beta1, beta2, eps, weight_decay):
-    """Returns (loss0, grads0 dict, final params dict, losses list)."""
+def run_reference(net, x, y, steps, lr, beta1, beta2, eps, weight_decay, autocast=None):
+    """Returns (loss0, grads0 dict, final params dict, losses list). autocast: None, or a
+    dtype for torch.autocast("cpu") around every forward."""
+    import contextlib
     opt = make_optimizer(net, lr, beta1, beta2, eps, weight_decay)
+
+    def forward():
+        ctx = torch.autocast("cpu", dtype=autocast) if autocast is not None else contextlib.nullcontext()
+        with ctx:
+            return net(x, y)
     net.zero_grad(set_to_none=True)
-    _, loss = net(x, y)
+    _, loss = forward()
     loss.backward()
     loss0 = loss.item()
     grads0 = {n: p.grad.detach().clone() for n, p in net.named_parameters()}
@@ -185,7 +192,7 @@ def run_reference(net, x, y, steps, lr, beta1, beta2, eps, weight_decay):
     for s in range(steps):
         if s > 0:
             net.zero_grad(set_to_none=True)
-            _, loss = net(x, y)
+            _, loss = forward()
             loss.backward()
         losses.append(loss.item())
         opt.step()
@@ -212,8 +219,9 @@ def cmd_reference(args):
     load_weights(net, args.weights)
     net.to(dtype)
     x, y = load_batch(args.model, args.batch, cfg, dtype)
+    autocast = {"none": None, "bf16": torch.bfloat16}[args.autocast]
     loss0, grads0, final, losses = run_reference(
-        net, x, y, args.steps, args.lr, args.beta1, args.beta2, args.eps, args.weight_decay)
+        net, x, y, args.steps, args.lr, args.beta1, args.beta2, args.eps, args.weight_decay, autocast)
     out = {"loss": torch.tensor([loss0], dtype=torch.float32),
            "losses": torch.tensor(losses, dtype=torch.float32)}
     for n in grads0:
@@ -222,7 +230,7 @@ def cmd_reference(args):
     meta = {"model": args.model, "dtype": args.dtype, "steps": str(args.steps),
             "lr": repr(args.lr), "beta1": repr(args.beta1), "beta2": repr(args.beta2),
             "eps": repr(args.eps), "weight_decay": repr(args.weight_decay),
-            "loss": repr(loss0), "torch": torch.__version__}
+            "loss": repr(loss0), "torch": torch.__version__, "autocast": args.autocast}
     if cfg is not None:
         meta["config"] = json.dumps(cfg.to_dict())
     st.save(args.out, out, metadata=meta)
@@ -623,6 +631,8 @@ def parse_args(argv=None):
     ap.add_argument("--weight-decay", type=float, default=0.1,
                     help="applied to parameters with dim >= 2 only")
     ap.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                    help="run every forward under torch.autocast('cpu', dtype) (CPU autocast policy)")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     ap.add_argument("--init", metavar="OUT", help="write initial weights to OUT and exit")
     ap.add_argument("--seed", type=int, default=0, help="seed for --init / --make-batch")
