@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/half_util.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 #include "paratrain/base/error.h"
@@ -281,38 +282,19 @@ void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, float
   });
 }
 
+// Conversions: the vectorised implementation chosen at run time (half_convert.cpp: AVX2 /
+// F16C where the CPU has them, scalar otherwise), threaded for large n.
 void f32_to_bf16(uint16_t* out, const float* in, int64_t n) {
-  each(n, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] = paratrain::f32_to_bf16(in[i]);
-  });
+  each(n, [&](int64_t b, int64_t e) { detail::convert_impl().f32_to_bf16(out + b, in + b, e - b); });
 }
 void bf16_to_f32(float* out, const uint16_t* in, int64_t n) {
-  auto* bits = reinterpret_cast<uint32_t*>(out);  // bf16 is the top half of an f32
-  each(n, [&](int64_t b, int64_t e) {
-#pragma omp simd
-    for (int64_t i = b; i < e; ++i) bits[i] = static_cast<uint32_t>(in[i]) << 16;
-  });
+  each(n, [&](int64_t b, int64_t e) { detail::convert_impl().bf16_to_f32(out + b, in + b, e - b); });
 }
 void f32_to_f16(uint16_t* out, const float* in, int64_t n) {
-  each(n, [&](int64_t b, int64_t e) {
-    int64_t i = b;
-#if defined(__F16C__)
-    for (; i + 8 <= e; i += 8)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
-                       _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
-#endif
-    for (; i < e; ++i) out[i] = paratrain::f32_to_f16(in[i]);
-  });
+  each(n, [&](int64_t b, int64_t e) { detail::convert_impl().f32_to_f16(out + b, in + b, e - b); });
 }
 void f16_to_f32(float* out, const uint16_t* in, int64_t n) {
-  each(n, [&](int64_t b, int64_t e) {
-    int64_t i = b;
-#if defined(__F16C__)
-    for (; i + 8 <= e; i += 8)
-      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
-#endif
-    for (; i < e; ++i) out[i] = paratrain::f16_to_f32(in[i]);
-  });
+  each(n, [&](int64_t b, int64_t e) { detail::convert_impl().f16_to_f32(out + b, in + b, e - b); });
 }
 
 // ---- strided copies ----
@@ -409,17 +391,39 @@ void strided_copy(void* out, const void* inp, size_t elem_size, int ndim, const 
   });
 }
 
-void strided_add(float* out, const float* inp, int ndim, const int64_t* sizes,
-                 const int64_t* strides) {
-  View v = make_view(ndim, sizes, strides, "strided_add");
+namespace {
+// out (view) += inp: Add(dst, src) does one element.
+template <typename E, typename Add>
+void strided_add_impl(E* out, const E* inp, int ndim, const int64_t* sizes, const int64_t* strides,
+                      const char* who, Add add) {
+  View v = make_view(ndim, sizes, strides, who);
   for (int d = 0; d < kMaxDims; ++d)
     if (v.size[d] > 1 && v.stride[d] == 0)
-      PT_THROW(InputError, "strided_add: a 0 stride maps several elements to one address");
+      PT_THROW(InputError, who, ": a 0 stride maps several elements to one address");
   walk(v, [&](int64_t o, int64_t off, int64_t len, int64_t s) {
-    float* dst = out + off;
-    const float* src = inp + o;
-    for (int64_t i = 0; i < len; ++i) dst[i * s] += src[i];
+    E* dst = out + off;
+    const E* src = inp + o;
+    for (int64_t i = 0; i < len; ++i) add(dst[i * s], src[i]);
   });
+}
+}  // namespace
+
+void strided_add(float* out, const float* inp, int ndim, const int64_t* sizes,
+                 const int64_t* strides) {
+  strided_add_impl(out, inp, ndim, sizes, strides, "strided_add",
+                   [](float& d, float s) { d += s; });
+}
+void strided_add_bf16(uint16_t* out, const uint16_t* inp, int ndim, const int64_t* sizes,
+                      const int64_t* strides) {
+  using H = detail::HalfT<DType::BF16>;
+  strided_add_impl(out, inp, ndim, sizes, strides, "strided_add",
+                   [](uint16_t& d, uint16_t s) { d = H::from_f32(H::to_f32(d) + H::to_f32(s)); });
+}
+void strided_add_f16(uint16_t* out, const uint16_t* inp, int ndim, const int64_t* sizes,
+                     const int64_t* strides) {
+  using H = detail::HalfT<DType::F16>;
+  strided_add_impl(out, inp, ndim, sizes, strides, "strided_add",
+                   [](uint16_t& d, uint16_t s) { d = H::from_f32(H::to_f32(d) + H::to_f32(s)); });
 }
 
 }  // namespace paratrain::kernels::cpu

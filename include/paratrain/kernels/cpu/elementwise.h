@@ -56,7 +56,8 @@ void dropout_forward(float* out, const float* inp, const uint8_t* mask, float sc
 // dinp += dout * mask * scale
 void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, float scale, int64_t n);
 
-// ---- dtype conversions (round to nearest even, as PyTorch): in, out (n) ----
+// ---- dtype conversions (round to nearest even, as PyTorch; NaN stays NaN; subnormals kept;
+// vectorised with AVX2/F16C when the CPU has them, chosen at run time): in, out (n) ----
 void f32_to_bf16(uint16_t* out, const float* in, int64_t n);
 void bf16_to_f32(float* out, const uint16_t* in, int64_t n);
 void f32_to_f16(uint16_t* out, const float* in, int64_t n);
@@ -72,5 +73,10 @@ void strided_copy(void* out, const void* inp, size_t elem_size, int ndim, const 
 // out += inp. The view must not map two elements to one address (no 0 strides).
 void strided_add(float* out, const float* inp, int ndim, const int64_t* sizes,
                  const int64_t* strides);
+// The same for bf16 / f16 out and inp: out = round(float(out) + float(inp)) per element.
+void strided_add_bf16(uint16_t* out, const uint16_t* inp, int ndim, const int64_t* sizes,
+                      const int64_t* strides);
+void strided_add_f16(uint16_t* out, const uint16_t* inp, int ndim, const int64_t* sizes,
+                     const int64_t* strides);
 
 }  // namespace paratrain::kernels::cpu
