@@ -1,4 +1,10 @@
-// The CPU kernels in the dispatch tables (kernels/registry.h).
+// The CPU kernels in the dispatch tables (kernels/registry.h): every kernel for f32; for
+// bf16 and f16 the half kernels of kernels/cpu/half.h (GEMMs, elementwise, activations,
+// bias, dropout, strided_add, attention, conv, max-pool, sum/sum_squares/all_finite) and
+// the casts. LayerNorm, softmax, log_softmax, cross-entropy, embedding/encoder and the
+// optimizers stay f32 only (the mixed-precision policy): asking them for a half type is a
+// NoKernelError.
+#include "paratrain/kernels/cpu/half.h"
 #include "paratrain/kernels/registry.h"
 
 namespace paratrain::kernels::cpu {
@@ -54,6 +60,42 @@ void register_kernels(Registry& r) {
   PT_CPU_F32(adamw_update);
   PT_CPU_F32(sgd_update);
 #undef PT_CPU_F32
+#define PT_CPU_HALF(name)                                      \
+  r.name.set(C, DType::BF16, erase<&half::name<DType::BF16>>); \
+  r.name.set(C, DType::F16, erase<&half::name<DType::F16>>)
+  PT_CPU_HALF(gemm);
+  PT_CPU_HALF(gemm_batched);
+  PT_CPU_HALF(fill);
+  PT_CPU_HALF(copy);
+  PT_CPU_HALF(add);
+  PT_CPU_HALF(sub);
+  PT_CPU_HALF(mul);
+  PT_CPU_HALF(scale);
+  PT_CPU_HALF(axpy);
+  PT_CPU_HALF(mul_acc);
+  PT_CPU_HALF(relu_forward);
+  PT_CPU_HALF(relu_backward);
+  PT_CPU_HALF(gelu_forward);
+  PT_CPU_HALF(gelu_backward);
+  PT_CPU_HALF(tanh_forward);
+  PT_CPU_HALF(tanh_backward);
+  PT_CPU_HALF(sigmoid_forward);
+  PT_CPU_HALF(sigmoid_backward);
+  PT_CPU_HALF(bias_add);
+  PT_CPU_HALF(bias_backward);
+  PT_CPU_HALF(dropout_forward);
+  PT_CPU_HALF(dropout_backward);
+  PT_CPU_HALF(strided_add);
+  PT_CPU_HALF(attention_forward);
+  PT_CPU_HALF(attention_backward);
+  PT_CPU_HALF(conv2d_forward);
+  PT_CPU_HALF(conv2d_backward);
+  PT_CPU_HALF(maxpool2d_forward);
+  PT_CPU_HALF(maxpool2d_backward);
+  PT_CPU_HALF(sum);
+  PT_CPU_HALF(sum_squares);
+  PT_CPU_HALF(all_finite);
+#undef PT_CPU_HALF
   r.cast_from_f32.set(C, DType::BF16, erase<&cpu::f32_to_bf16>);
   r.cast_from_f32.set(C, DType::F16, erase<&cpu::f32_to_f16>);
   r.cast_from_f32.set(C, F, erase<&cpu::copy>);
