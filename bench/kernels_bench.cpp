@@ -1,8 +1,11 @@
 // kernels_bench: GEMM GFLOP/s for the gpt-mini shapes (forward and both backward GEMMs of
 // every linear layer) at 1 and 2 threads, and the fused attention forward + backward time
-// at B=8, NH=6, T=256, hs=64, plus a few elementwise kernels. Prints a table; exits 0.
+// at B=8, NH=6, T=256, hs=64, plus a few elementwise kernels, and the same GEMMs in bf16
+// (A, B, C bf16, f32 accumulation) beside f32 with the half GEMM path this CPU takes.
+// Prints tables; exits 0.
 //
 // Usage: kernels_bench [--quick]
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +15,8 @@
 #include <vector>
 
 #include "paratrain/kernels/cpu.h"
+#include "paratrain/kernels/cpu/half.h"
+#include "paratrain/tensor/dtype.h"
 
 namespace kc = paratrain::kernels::cpu;
 
@@ -81,8 +86,9 @@ int main(int argc, char** argv) {
   std::printf("%-28s %6s %6s %6s  %12s %12s\n", "GEMM (gpt-mini, M N K)", "M", "N", "K",
               "1 thr GF/s", "2 thr GF/s");
   double step_flops = 0, step_time[2] = {0, 0};
+  std::vector<std::array<double, 2>> f32_gf;
   for (const Shape& s : shapes) {
-    double gf[2];
+    std::array<double, 2> gf;
     for (int ti = 0; ti < 2; ++ti) {
       kc::set_num_threads(ti + 1);
       const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
@@ -97,11 +103,43 @@ int main(int argc, char** argv) {
     }
     std::printf("%-28s %6lld %6lld %6lld  %12.1f %12.1f\n", s.name, (long long)s.M, (long long)s.N,
                 (long long)s.K, gf[0], gf[1]);
+    f32_gf.push_back(gf);
   }
   std::printf("%-28s %27s %12.1f %12.1f\n", "all GEMMs of one step", "",
               step_flops / step_time[0] * 1e-9, step_flops / step_time[1] * 1e-9);
   std::printf("  (one gpt-mini step, micro-batch 8: %.1f GFLOP in GEMMs, %.1f ms at 1 thr, %.1f ms at 2 thr)\n\n",
               step_flops * 1e-9, step_time[0] * 1e3, step_time[1] * 1e3);
+
+  // ---- the same GEMMs in bf16 (inputs, output bf16; f32 accumulation) ----
+  {
+    using paratrain::DType;
+    std::vector<uint16_t> Ah(big), Bh(big), Ch(big, 0);
+    kc::f32_to_bf16(Ah.data(), A.data(), static_cast<int64_t>(big));
+    kc::f32_to_bf16(Bh.data(), B.data(), static_cast<int64_t>(big));
+    std::printf("bf16 GEMM, path: %s (conversions: %s)\n", kc::gemm_path(DType::BF16),
+                kc::half_convert_path());
+    std::printf("%-28s %12s %12s %12s %12s\n", "GEMM (gpt-mini)", "f32 1 thr", "bf16 1 thr",
+                "f32 2 thr", "bf16 2 thr");
+    double bf_time[2] = {0, 0};
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const Shape& s = shapes[i];
+      double gf[2];
+      for (int ti = 0; ti < 2; ++ti) {
+        kc::set_num_threads(ti + 1);
+        const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+        double t = time_it([&] {
+          kc::half::gemm<DType::BF16>(s.ta, s.tb, s.M, s.N, s.K, 1.0f, Ah.data(), lda, Bh.data(), ldb,
+                                      0.0f, Ch.data(), s.N);
+        }, min_s);
+        gf[ti] = 2.0 * s.M * s.N * s.K / t * 1e-9;
+        bf_time[ti] += (std::strncmp(s.name, "lm_head", 7) == 0 ? 1 : 6) * t;
+      }
+      std::printf("%-28s %12.1f %12.1f %12.1f %12.1f\n", s.name, f32_gf[i][0], gf[0], f32_gf[i][1], gf[1]);
+    }
+    std::printf("%-28s %12.1f %12.1f %12.1f %12.1f   GFLOP/s\n\n", "all GEMMs of one step",
+                step_flops / step_time[0] * 1e-9, step_flops / bf_time[0] * 1e-9,
+                step_flops / step_time[1] * 1e-9, step_flops / bf_time[1] * 1e-9);
+  }
 
   // ---- attention ----
   {
@@ -131,6 +169,8 @@ int main(int argc, char** argv) {
     const int64_t n = BT * 4 * C;  // the MLP hidden activation
     std::vector<float> x(A.begin(), A.begin() + n), y(n), g(B.begin(), B.begin() + n), d(n, 0.0f);
     std::vector<float> mean(BT), rstd(BT), w(C, 1.0f), bias(C, 0.0f), dw(C), db(C);
+    std::vector<uint16_t> xh(n), yh(n);
+    kc::f32_to_bf16(xh.data(), x.data(), n);
     std::vector<int32_t> tgt(BT);
     for (int64_t i = 0; i < BT; ++i) tgt[i] = static_cast<int32_t>(i % V);
     std::vector<float> losses(BT), lse(BT);
@@ -148,6 +188,9 @@ int main(int argc, char** argv) {
         {"layernorm_backward (2048x384)", [&] { kc::layernorm_backward(d.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), mean.data(), rstd.data(), BT, C); }},
         {"crossentropy_forward (2048x4096)", [&] { kc::crossentropy_forward(losses.data(), lse.data(), A.data(), tgt.data(), BT, V); }},
         {"crossentropy_backward (2048x4096)", [&] { kc::crossentropy_backward(Cm.data(), losses.data(), A.data(), lse.data(), tgt.data(), BT, V); }},
+        {"gelu_forward bf16 (2048x1536)", [&] { kc::half::gelu_forward<paratrain::DType::BF16>(yh.data(), xh.data(), n); }},
+        {"cast f32 -> bf16 (2048x1536)", [&] { kc::f32_to_bf16(yh.data(), x.data(), n); }},
+        {"cast bf16 -> f32 (2048x1536)", [&] { kc::bf16_to_f32(y.data(), xh.data(), n); }},
         {"adamw_update (10.9M params)", [&] { kc::adamw_update(ap.data(), ag.data(), am.data(), av.data(), np, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, ++astep); }},
     };
     for (auto& k : ks) {
