@@ -21,11 +21,13 @@ constexpr std::array<PolicyRow, 25> kPolicy = {{
     {"bmm", CastPolicy::kLowerPrecision},
     {"causal_self_attention", CastPolicy::kLowerPrecision},
     {"conv2d", CastPolicy::kLowerPrecision},
-    // statistics over rows and the loss: f32
+    // statistics over rows: f32
     {"layer_norm", CastPolicy::kFloat32},
     {"softmax", CastPolicy::kFloat32},
     {"log_softmax", CastPolicy::kFloat32},
-    {"cross_entropy", CastPolicy::kFloat32},
+    // the loss: f32 math and an f32 result from half-type logits (the kernel widens them), so
+    // the [tokens x vocab] logits saved for backward stay in the half type
+    {"cross_entropy", CastPolicy::kKeep},
     // elementwise of two tensors: the widest input (the f32 residual stream stays f32)
     {"add", CastPolicy::kPromote},
     {"sub", CastPolicy::kPromote},

@@ -6,7 +6,9 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -62,6 +64,8 @@ struct Case {
   const char* layout_args;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 class LossScaling : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
@@ -113,5 +117,112 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"fp32_dynamic_2ranks", "--loss-scale dynamic", 2, ""},
                       Case{"fp32_dynamic_2ranks_zero1", "--loss-scale dynamic", 2, "--zero 1"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+
+namespace {
+
+class HalfPrecision : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/paratrain_half_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    test::write_structured_token_file(dir_ + "/t.bin");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string train(const std::string& extra) const {
+    return std::string("train --model gpt-nano --data t.bin --threads 1 --quiet --deterministic --lr-schedule "
+                       "constant --precision ") +
+           GetParam() + " " + extra;
+  }
+  std::string dir_;
+};
+
+// DESIGN.md's determinism principle, in the half types: 2 ranks of one micro-batch each give
+// the bits of one process accumulating the 2 micro-batches.
+TEST_P(HalfPrecision, TwoRanksEqualOneProcessWithTwoMicroBatches) {
+  RunResult one = run(dir_, "", 1, train("--micro-batch 4 --grad-accum 2 --steps 6 --save-final one.st"));
+  ASSERT_EQ(one.rc, 0) << one.out;
+  RunResult two = run(dir_, "", 2, train("--micro-batch 4 --steps 6 --save-final two.st"));
+  ASSERT_EQ(two.rc, 0) << two.out;
+  std::string first;
+  EXPECT_TRUE(test::bit_identical(test::load_weights(dir_ + "/one.st"), test::load_weights(dir_ + "/two.st"), &first))
+      << GetParam() << ": differs at " << first;
+}
+
+// A run killed after its checkpoint at step 3 and resumed ends with the bits of one that
+// never stopped: the master weights, the optimizer, and (fp16) the loss scaler's state,
+// whose scale grows every 2 clean steps here, so a resume that lost its growth counter would
+// grow at other steps.
+TEST_P(HalfPrecision, KilledAndResumedEqualsUninterrupted) {
+  const std::string args = "--micro-batch 4 --steps 6 --loss-scale dynamic --loss-scale-growth-interval 2 ";
+  RunResult whole = run(dir_, "", 1, train(args + "--save-final whole.st --metrics whole.jsonl"));
+  ASSERT_EQ(whole.rc, 0) << whole.out;
+  RunResult first = run(dir_, "PARATRAIN_TEST_KILL_IN_SAVE=0:6", 1,
+                        train(args + "--checkpoint-dir ck --checkpoint-every 3"));
+  ASSERT_EQ(first.rc, 128 + 9) << "the hook kills the run while it saves step 6: " << first.out;
+  RunResult resumed = run(dir_, "", 1,
+                          train(args + "--checkpoint-dir ck --checkpoint-every 3 --resume "
+                                "--save-final resumed.st --metrics resumed.jsonl"));
+  ASSERT_EQ(resumed.rc, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("resuming from ck/step_3"), std::string::npos) << resumed.out;
+  auto w = steps_of(dir_ + "/whole.jsonl"), r = steps_of(dir_ + "/resumed.jsonl");
+  ASSERT_EQ(w.size(), 6u);
+  ASSERT_EQ(r.size(), 3u);
+  for (int s = 0; s < 3; ++s)
+    EXPECT_EQ(r[s]["loss_scale"].get<double>(), w[3 + s]["loss_scale"].get<double>()) << "step " << 3 + s;
+  EXPECT_EQ(w[5]["loss_scale"].get<double>(), 65536.0 * 4) << "grown after steps 2 and 4";
+  std::string at;
+  EXPECT_TRUE(test::bit_identical(test::load_weights(dir_ + "/whole.st"), test::load_weights(dir_ + "/resumed.st"), &at))
+      << GetParam() << ": differs at " << at;
+}
+
+INSTANTIATE_TEST_SUITE_P(MixedPrecision, HalfPrecision, ::testing::Values("bf16", "fp16"));
+
+TEST(MixedPrecisionCli, BadValuesExitTwoAndWriteNothing) {
+  char tmpl[] = "/tmp/paratrain_half_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  test::write_structured_token_file(dir + "/t.bin");
+  for (const char* bad : {"--precision fp8", "--loss-scale sometimes", "--loss-scale -2", "--save-dtype f64",
+                          "--loss-scale-growth-interval 0"}) {
+    RunResult r = run(dir, "", 1,
+                      std::string("train --model gpt-nano --data t.bin --steps 2 --quiet --metrics m.jsonl "
+                                  "--save-final out.st ") + bad);
+    EXPECT_EQ(r.rc, 2) << bad << ": " << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << bad << ": " << r.out;
+    EXPECT_FALSE(fs::exists(dir + "/m.jsonl")) << bad;
+    EXPECT_FALSE(fs::exists(dir + "/out.st")) << bad;
+  }
+  fs::remove_all(dir);
+}
+
+// --save-dtype bf16 halves the model file; it loads back (into f32 master weights) with
+// --init-from, and PyTorch reads it as bf16.
+TEST(MixedPrecisionCli, SaveDtypeBf16HalvesTheFileAndLoadsBack) {
+  char tmpl[] = "/tmp/paratrain_half_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  test::write_structured_token_file(dir + "/t.bin");
+  const std::string base = "train --model gpt-nano --data t.bin --steps 3 --threads 1 --quiet --precision bf16 ";
+  RunResult a = run(dir, "", 1, base + "--save-final f32.st");
+  ASSERT_EQ(a.rc, 0) << a.out;
+  RunResult b = run(dir, "", 1, base + "--save-final bf16.st --save-dtype bf16");
+  ASSERT_EQ(b.rc, 0) << b.out;
+  const auto f32_bytes = fs::file_size(dir + "/f32.st"), bf16_bytes = fs::file_size(dir + "/bf16.st");
+  EXPECT_LT(bf16_bytes, f32_bytes * 0.51) << f32_bytes << " vs " << bf16_bytes;
+  auto w32 = test::load_weights(dir + "/f32.st"), w16 = test::load_weights(dir + "/bf16.st");
+  for (const auto& [name, t] : w32) {
+    ASSERT_TRUE(w16.count(name)) << name;
+    for (size_t i = 0; i < t.size(); ++i)
+      ASSERT_EQ(w16.at(name)[i], bf16_to_f32(f32_to_bf16(t[i]))) << name << "[" << i << "] is not the bf16 rounding";
+  }
+  RunResult c = run(dir, "", 1, "train --model gpt-nano --data t.bin --steps 1 --threads 1 --quiet --init-from bf16.st");
+  EXPECT_EQ(c.rc, 0) << c.out;
+  const std::string py = "cd " + dir +
+                         " && timeout 60 /usr/bin/python3 -c \"import sys; sys.path.insert(0, '" PARATRAIN_SOURCE_DIR
+                         "/tests/python'); import safetensors_np as st, torch; t = st.load('bf16.st'); "
+                         "assert t['wte.weight'].dtype == torch.bfloat16, t['wte.weight'].dtype\"";
+  EXPECT_EQ(std::system(py.c_str()), 0) << py;
+  fs::remove_all(dir);
+}
 
 }  // namespace

@@ -90,6 +90,8 @@ auto kernel(Table Registry::*table, const Tensor& t) {
 namespace cpu {
 // Puts the CPU kernels into `r` (f32; the half types where a kernel exists).
 void register_kernels(Registry& r);
+// Cross-entropy on bf16/f16 logits with f32 math (src/kernels/cpu/half_loss.cpp).
+void register_half_loss_kernels(Registry& r);
 }  // namespace cpu
 
 }  // namespace paratrain::kernels
