@@ -76,7 +76,7 @@ bf, f32, f16 = ours["bf16"], ours["fp32"], ours["fp16"]
 print(f"bf16 / pytorch bf16: {bf['tps']/t['tokens_per_s']:.2f}x; bf16 / own fp32: {bf['tps']/f32['tps']:.2f}x; "
       f"fp16 / own fp32: {f16['tps']/f32['tps']:.2f}x; activations bf16 / fp32: {bf['act']/f32['act']:.2f}x; "
       f"fp16 steps skipped by the scaler: {f16['skipped']}")
-native = "native" in path
+native = "onednn-bf16-native" in path
 b = f"precision gpt-mini {threads}t"
 record("train_gpt_mini_precision", [
     row(b, "bf16 tokens/s", bf["tps"], t["tokens_per_s"], f"pytorch bf16 autocast ({t['formulation']})", 1.5, issue=10),

@@ -18,7 +18,10 @@ int run_doctor(int argc, char** argv) {
   std::cout << ", mpi backend";
 #endif
   std::cout << "\nhost: " << std::thread::hardware_concurrency() << " cores, kernel threads "
-            << kernels::cpu::num_threads() << "\n\nPARATRAIN_* variables:\n";
+            << kernels::cpu::num_threads() << "\nhalf-type GEMM path: bf16 " << kernels::cpu::gemm_path(DType::BF16)
+            << ", f16 " << kernels::cpu::gemm_path(DType::F16) << " (native bf16 instructions: "
+            << (kernels::cpu::cpu_has_native_bf16() ? "yes" : "no") << "; conversions "
+            << kernels::cpu::half_convert_path() << ")\n\nPARATRAIN_* variables:\n";
   for (const auto& v : env::declared()) {
     auto val = env::raw(v.name);
     std::cout << "  " << std::left << std::setw(30) << v.name << std::setw(14)

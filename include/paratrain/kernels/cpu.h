@@ -34,3 +34,4 @@
 #include "paratrain/kernels/cpu/conv.h"
 #include "paratrain/kernels/cpu/optim.h"
 #include "paratrain/kernels/cpu/peak.h"
+#include "paratrain/kernels/cpu/half.h"
