@@ -115,7 +115,10 @@ INSTANTIATE_TEST_SUITE_P(
     MixedPrecision, LossScaling,
     ::testing::Values(Case{"fp32_dynamic", "--loss-scale dynamic", 1, ""},
                       Case{"fp32_dynamic_2ranks", "--loss-scale dynamic", 2, ""},
-                      Case{"fp32_dynamic_2ranks_zero1", "--loss-scale dynamic", 2, "--zero 1"}),
+                      Case{"fp32_dynamic_2ranks_zero1", "--loss-scale dynamic", 2, "--zero 1"},
+                      Case{"fp16", "--precision fp16", 1, ""},
+                      Case{"fp16_2ranks_zero1", "--precision fp16", 2, "--zero 1"},
+                      Case{"bf16_dynamic_2ranks", "--precision bf16 --loss-scale dynamic", 2, ""}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
@@ -175,6 +178,23 @@ TEST_P(HalfPrecision, KilledAndResumedEqualsUninterrupted) {
   std::string at;
   EXPECT_TRUE(test::bit_identical(test::load_weights(dir_ + "/whole.st"), test::load_weights(dir_ + "/resumed.st"), &at))
       << GetParam() << ": differs at " << at;
+}
+
+// --compress bf16 puts the (f32 master) gradients on the wire in bf16 while the update stays
+// f32: it runs with --precision bf16 and ends near the uncompressed run.
+TEST_P(HalfPrecision, CompressedGradientsOnTheWire) {
+  // (compression is not bit-reproducible, so without --deterministic)
+  const std::string base = std::string("train --model gpt-nano --data t.bin --threads 1 --quiet --lr-schedule constant "
+                                       "--micro-batch 4 --steps 20 --precision ") + GetParam();
+  RunResult plain = run(dir_, "", 2, base + " --metrics plain.jsonl");
+  ASSERT_EQ(plain.rc, 0) << plain.out;
+  RunResult packed = run(dir_, "", 2, base + " --compress bf16 --metrics packed.jsonl");
+  ASSERT_EQ(packed.rc, 0) << packed.out;
+  auto a = steps_of(dir_ + "/plain.jsonl"), b = steps_of(dir_ + "/packed.jsonl");
+  ASSERT_EQ(a.size(), 20u);
+  ASSERT_EQ(b.size(), 20u);
+  EXPECT_EQ(b.back()["comm_bytes"].get<double>() * 2, b.back()["comm_bytes_uncompressed"].get<double>());
+  EXPECT_NEAR(b.back()["loss"].get<double>(), a.back()["loss"].get<double>(), 0.01 * a.back()["loss"].get<double>());
 }
 
 INSTANTIATE_TEST_SUITE_P(MixedPrecision, HalfPrecision, ::testing::Values("bf16", "fp16"));
