@@ -58,7 +58,7 @@ def worker(rank, world, args):
     cfg = common.gpt_config(args)
     data = common.read_llmc_tokens(args.data, cfg.vocab_size) if args.data else None
     total = args.max_warmup_steps + args.steps
-    formulation = args.formulation or forms.FASTEST
+    formulation = args.formulation or forms.fastest(args.precision)
     batches = common.Batches(cfg, args.micro_batch, args.grad_accum, world, total, data,
                              args.seed)
     torch.manual_seed(args.seed)

@@ -35,6 +35,13 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 # (`bench/torch_gpt_train.py --formulation all --threads 2` and `--threads 1`); the figures
 # are in bench/README.md. `linear` was the fastest at both thread counts.
 FASTEST = "linear"
+# The same under torch.autocast("cpu", dtype=torch.bfloat16) (the mixed-precision peer);
+# figures in bench/README.md.
+FASTEST_BF16 = "linear"
+
+
+def fastest(precision="fp32"):
+    return FASTEST_BF16 if precision == "bf16" else FASTEST
 
 NAMES = ("hf", "linear", "linear-baddbmm", "sdpa")
 

@@ -287,7 +287,7 @@ def main():
     import torch_gpt_formulations as forms
     torch.set_num_threads(args.threads)
     cfg = gpt_config(args)
-    formulation = args.formulation or forms.FASTEST
+    formulation = args.formulation or forms.fastest(args.precision)
     data = read_llmc_tokens(args.data, cfg.vocab_size) if args.data else None
     total = args.max_warmup_steps + args.steps
     batches = Batches(cfg, args.micro_batch, args.grad_accum, 1, total, data, args.seed)

@@ -7,8 +7,11 @@
 # gpt-mini, micro-batch 8, AdamW, THREADS (default 2) threads, the same token file; every run
 # warms up to steady state (bench/train_gpt_mini.sh's rule) and times STEPS (default 10)
 # steps; figures are the median step's. The PyTorch peer is torch.autocast("cpu",
-# dtype=torch.bfloat16) around the forward of the fastest formulation measured in this run
-# (PEER_FORMULATION=all, the default), tuned as bench/torch_env.sh does.
+# dtype=torch.bfloat16) around the forward of the fastest bf16 formulation measured
+# (torch_gpt_formulations.FASTEST_BF16; PEER_FORMULATION=all measures them all in this run),
+# tuned as bench/torch_env.sh does. On a CPU without native bf16 PyTorch's autocast takes
+# about a minute per step here, so the peer times PEER_STEPS (default 3) steps after 2 of
+# warm-up (it touches no fresh memory after the first).
 #
 # Prints tokens/s, peak RSS, paratrain's allocator peak and its activation memory (what a
 # forward leaves allocated for the backward: mem_activation_bytes of the metrics), and the
@@ -17,9 +20,9 @@ set -euo pipefail
 BUILD_DIR=${1:-build/release}
 THREADS=${2:-2}
 STEPS=${STEPS:-10}
-MAX_WARMUP=${MAX_WARMUP:-20}
 PT_MAX_WARMUP=${PT_MAX_WARMUP:-8}
-PEER_FORMULATION=${PEER_FORMULATION:-all}
+PEER_FORMULATION=${PEER_FORMULATION:-}
+PEER_STEPS=${PEER_STEPS:-3}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export ROOT
 BIN="$BUILD_DIR/bin/paratrain"
@@ -40,8 +43,8 @@ done
 "$BIN" doctor 2>/dev/null | grep -i "gemm" > "$WORK/path.txt" || true
 
 "$ROOT/bench/torch_env.sh" /usr/bin/python3 "$ROOT/bench/torch_gpt_train.py" --preset gpt-mini --micro-batch 8 \
-  --steps "$STEPS" --max-warmup-steps "$MAX_WARMUP" --threads "$THREADS" --data "$DATA" --precision bf16 \
-  --formulation "$PEER_FORMULATION" --rounds 1 > "$WORK/torch.json"
+  --steps "$PEER_STEPS" --warmup-steps 2 --max-warmup-steps 2 --threads "$THREADS" --data "$DATA" --precision bf16 \
+  ${PEER_FORMULATION:+--formulation "$PEER_FORMULATION"} --rounds 1 > "$WORK/torch.json"
 
 /usr/bin/python3 - "$WORK" "$STEPS" "$THREADS" <<'PY'
 import json, os, sys

@@ -356,13 +356,11 @@ void check_ranks_start_at_the_same_step(comm::ProcessGroup& pg, int64_t start_st
                " on its own; did it change while the job started?)");
 }
 
-// PARATRAIN_TEST_KILL_IN_SAVE=R:N, a test hook: the step N whose save rank R dies in (it
-// SIGKILLs itself once its files of step_N are written, before the manifest), or -1 on
-// other ranks, when unset, and in a group restarted by the launcher (restart_count > 0), so
-// that the restarted run gets past it. InputError when malformed.
-int64_t test_kill_in_save_step(int rank, int64_t restart_count) {
-  const std::string v = env::get_string("PARATRAIN_TEST_KILL_IN_SAVE");
-  if (v.empty()) return -1;
+// A test hook's value RANK:STEP from variable `var` (unset: nullopt). InputError when it is
+// malformed or STEP is below `min_step`.
+std::optional<std::pair<int64_t, int64_t>> rank_and_step(const char* var, int64_t min_step) {
+  const std::string v = env::get_string(var);
+  if (v.empty()) return std::nullopt;
   const auto colon = v.find(':');
   int64_t r = -1, n = -1;
   try {
@@ -373,32 +371,27 @@ int64_t test_kill_in_save_step(int rank, int64_t restart_count) {
     n = std::stoll(v.substr(colon + 1), &used);
     if (used != v.size() - colon - 1) throw std::invalid_argument("step");
   } catch (const std::exception&) {
-    PT_THROW(InputError, "PARATRAIN_TEST_KILL_IN_SAVE='", v, "' is not RANK:STEP (e.g. 0:2)");
+    PT_THROW(InputError, var, "='", v, "' is not RANK:STEP (e.g. 0:2)");
   }
-  if (r < 0 || n < 1) PT_THROW(InputError, "PARATRAIN_TEST_KILL_IN_SAVE='", v, "': RANK must be >= 0 and STEP >= 1");
-  return r == rank && restart_count == 0 ? n : -1;
+  if (r < 0 || n < min_step) PT_THROW(InputError, var, "='", v, "': RANK must be >= 0 and STEP >= ", min_step);
+  return std::make_pair(r, n);
+}
+
+// PARATRAIN_TEST_KILL_IN_SAVE=R:N, a test hook: the step N whose save rank R dies in (it
+// SIGKILLs itself once its files of step_N are written, before the manifest), or -1 on
+// other ranks, when unset, and in a group restarted by the launcher (restart_count > 0), so
+// that the restarted run gets past it.
+int64_t test_kill_in_save_step(int rank, int64_t restart_count) {
+  const auto rs = rank_and_step("PARATRAIN_TEST_KILL_IN_SAVE", 1);
+  return rs && rs->first == rank && restart_count == 0 ? rs->second : -1;
 }
 
 // PARATRAIN_TEST_INJECT_INF=R:N, a test hook: rank R puts an inf into its gradient after the
 // reduction of step N (0-based), so that the loss scaler must skip that step on every rank;
-// -1 on other ranks and when unset. InputError when malformed.
+// -1 on other ranks and when unset.
 int64_t test_inject_inf_step(int rank) {
-  const std::string v = env::get_string("PARATRAIN_TEST_INJECT_INF");
-  if (v.empty()) return -1;
-  const auto colon = v.find(':');
-  int64_t r = -1, n = -1;
-  try {
-    if (colon == std::string::npos) throw std::invalid_argument("no colon");
-    size_t used = 0;
-    r = std::stoll(v.substr(0, colon), &used);
-    if (used != colon) throw std::invalid_argument("rank");
-    n = std::stoll(v.substr(colon + 1), &used);
-    if (used != v.size() - colon - 1) throw std::invalid_argument("step");
-  } catch (const std::exception&) {
-    PT_THROW(InputError, "PARATRAIN_TEST_INJECT_INF='", v, "' is not RANK:STEP (e.g. 1:3)");
-  }
-  if (r < 0 || n < 0) PT_THROW(InputError, "PARATRAIN_TEST_INJECT_INF='", v, "': RANK and STEP must be >= 0");
-  return r == rank ? n : -1;
+  const auto rs = rank_and_step("PARATRAIN_TEST_INJECT_INF", 0);
+  return rs && rs->first == rank ? rs->second : -1;
 }
 
 void inject_inf(const optim::NamedParams& params, int rank, int64_t step) {

@@ -13,23 +13,10 @@ using namespace paratrain::comm::testing;
 
 namespace {
 
-// Runs fn(pg) on n threads; rethrows the first failure.
+// Runs fn(pg) on n thread ranks (comm_check.h's run_thread_ranks); every rank must succeed.
 template <typename Fn>
 void run_ranks(int n, ProcessGroupOptions opts, Fn fn) {
-  auto store = std::make_shared<HashStore>();
-  store->set_timeout(std::chrono::milliseconds(20000));
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(n);
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto pg = create_process_group(store, r, n, opts);
-        fn(*pg);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
+  auto errors = run_thread_ranks(n, opts, [&](int, std::shared_ptr<ProcessGroup>& pg) { fn(*pg); });
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
