@@ -24,13 +24,15 @@ def median(v):
     return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
-def steady_steps(path, steps, min_warmup=3, steady_faults=200):
+def steady_steps(path, steps, min_warmup=3, steady_faults=200, quiet_steps=2):
     """The `steps` optimizer-step lines of a paratrain --metrics file that follow warm-up:
-    at least min_warmup steps, and until a step took at most steady_faults minor page
-    faults (the same rule as the PyTorch peers). Returns (lines, warm-up steps)."""
+    at least min_warmup steps, the last quiet_steps of them each with at most steady_faults
+    minor page faults (the same rule as the PyTorch peers). Returns (lines, warm-up steps)."""
     lines = [json.loads(line) for line in open(path) if '"eval"' not in line]
-    warm = min_warmup
-    while warm < len(lines) and lines[warm - 1].get("page_faults", 0) > steady_faults:
+    def quiet(i):
+        return lines[i].get("page_faults", 0) <= steady_faults
+    warm = max(min_warmup, quiet_steps)
+    while warm < len(lines) and not all(quiet(i) for i in range(warm - quiet_steps, warm)):
         warm += 1
     timed = lines[warm:warm + steps]
     if len(timed) < steps:

@@ -79,7 +79,9 @@ def add_common_args(ap):
     ap.add_argument("--max-warmup-steps", type=int, default=20,
                     help="most untimed steps while waiting for steady state")
     ap.add_argument("--steady-faults", type=int, default=200,
-                    help="a step with at most this many minor page faults is in steady state")
+                    help="a step with at most this many minor page faults is quiet")
+    ap.add_argument("--steady-steps", type=int, default=2,
+                    help="warm-up ends after this many quiet steps in a row")
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
                     help="bf16: forward under torch.autocast('cpu', dtype=torch.bfloat16)")
     ap.add_argument("--formulation", default=None,
@@ -207,19 +209,22 @@ def step_stats(step_s):
 
 def run_steps(args, one_step, faults=minor_faults):
     """Warm-up until steady state, then args.steps timed steps of one_step(step) -> loss.
+    Steady state: at least args.warmup_steps steps, the last args.steady_steps of them each
+    with at most args.steady_faults minor page faults (at most args.max_warmup_steps in all).
     faults() counts page faults so far (under DDP the largest over the ranks, so every rank
     ends warm-up at the same step). Returns (losses, timed step seconds, warm-up steps run,
     page faults per timed step)."""
     losses, timed, per_step = [], [], []
     step = 0
     warm = 0
+    quiet = 0  # consecutive warm-up steps under the fault threshold
     while True:
         f0 = faults()
         losses.append(one_step(step))
         step += 1
         warm += 1
-        if warm >= args.max_warmup_steps or (
-                warm >= args.warmup_steps and faults() - f0 <= args.steady_faults):
+        quiet = quiet + 1 if faults() - f0 <= args.steady_faults else 0
+        if warm >= args.max_warmup_steps or (warm >= args.warmup_steps and quiet >= args.steady_steps):
             break
     for _ in range(args.steps):
         f0 = minor_faults()

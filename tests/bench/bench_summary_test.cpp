@@ -61,21 +61,22 @@ TEST_F(BenchSummary, FloorsDecidePassAndTheJsonHoldsEveryRow) {
 }
 
 TEST_F(BenchSummary, SteadyStateStartsWhenPageFaultsStop) {
-  // Steps 0-4 fault (first touch); step 5 is the first with few faults and ends warm-up (the
-  // PyTorch peers' rule too), so the 3 timed steps are 6, 7, 8.
+  // Steps 0-4 fault (first touch), step 5 is quiet, 6 faults again, 7 and 8 are quiet: warm-up
+  // ends after two quiet steps in a row (the PyTorch peers' rule too), so the timed steps are
+  // 9, 10, 11.
   std::ofstream m(dir_ + "/m.jsonl");
-  const int faults[] = {9000, 5000, 3000, 1000, 800, 10, 0, 0, 0, 0};
-  for (int s = 0; s < 10; ++s) m << nlohmann::json{{"step", s}, {"step_ms", 100.0 + s}, {"page_faults", faults[s]}}.dump() << "\n";
-  m << nlohmann::json{{"step", 9}, {"eval", true}, {"val_loss", 1.0}}.dump() << "\n";
+  const int faults[] = {9000, 5000, 3000, 1000, 800, 10, 4000, 0, 0, 0, 0, 0, 0};
+  for (int s = 0; s < 13; ++s) m << nlohmann::json{{"step", s}, {"step_ms", 100.0 + s}, {"page_faults", faults[s]}}.dump() << "\n";
+  m << nlohmann::json{{"step", 12}, {"eval", true}, {"val_loss", 1.0}}.dump() << "\n";
   m.close();
   ASSERT_EQ(python("from bench_results import steady_steps, spread\n"
                    "lines, warm = steady_steps('m.jsonl', 3)\n"
-                   "assert warm == 6, warm\n"
-                   "assert [l['step'] for l in lines] == [6, 7, 8], lines\n"
+                   "assert warm == 9, warm\n"
+                   "assert [l['step'] for l in lines] == [9, 10, 11], lines\n"
                    "med, slow, fast = spread([100.0, 300.0, 200.0], 1000)\n"
                    "assert abs(med - 5000) < 1e-9 and abs(slow - 1000 / 0.3) < 1e-9 and fast == 10000, (med, slow, fast)\n"
                    "try:\n"
-                   "    steady_steps('m.jsonl', 8)\n"
+                   "    steady_steps('m.jsonl', 5)\n"
                    "    sys.exit(3)\n"
                    "except SystemExit as e:\n"
                    "    assert 'fewer than' in str(e), e\n"),
