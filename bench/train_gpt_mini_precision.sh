@@ -40,7 +40,7 @@ for p in fp32 bf16 fp16; do
     --steps $((PT_MAX_WARMUP + STEPS)) --threads "$THREADS" --lr-schedule constant --grad-clip 0 --quiet \
     --precision "$p" --metrics "$WORK/$p.jsonl" > "$WORK/$p.log" 2>&1 || { cat "$WORK/$p.log"; exit 1; }
 done
-"$BIN" doctor 2>/dev/null | grep -i "gemm" > "$WORK/path.txt" || true
+"$BIN" doctor 2>/dev/null | grep "half-type GEMM path" > "$WORK/path.txt" || true
 
 "$ROOT/bench/torch_env.sh" /usr/bin/python3 "$ROOT/bench/torch_gpt_train.py" --preset gpt-mini --micro-batch 8 \
   --steps "$PEER_STEPS" --warmup-steps 2 --max-warmup-steps 2 --threads "$THREADS" --data "$DATA" --precision bf16 \
