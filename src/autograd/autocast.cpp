@@ -63,16 +63,6 @@ CastPolicy autocast_policy(std::string_view op) {
   return CastPolicy::kKeep;
 }
 
-const char* cast_policy_name(CastPolicy p) {
-  switch (p) {
-    case CastPolicy::kLowerPrecision: return "lower precision";
-    case CastPolicy::kFloat32: return "f32";
-    case CastPolicy::kPromote: return "widest input";
-    case CastPolicy::kKeep: return "input's dtype";
-  }
-  return "?";
-}
-
 Tensor WeightCastCache::get(const Tensor& p, DType t) {
   Entry& e = entries_[p.data_ptr()];
   if (!e.half.defined() || e.half.dtype() != t || e.half.shape() != p.shape()) {
@@ -114,13 +104,13 @@ AutocastGuard::~AutocastGuard() { g_state = {prev_dtype_, prev_cache_}; }
 DType autocast_dtype() { return g_state.dtype; }
 bool autocast_enabled() { return g_state.dtype != DType::F32; }
 
-Tensor autocast_input(std::string_view op, const Tensor& x, DType widest) {
+Tensor autocast_input(std::string_view op, const Tensor& x) {
   if (!autocast_enabled() || !x.defined() || !dtype_is_float(x.dtype())) return x;
   DType target = x.dtype();
   switch (autocast_policy(op)) {
     case CastPolicy::kLowerPrecision: target = g_state.dtype; break;
     case CastPolicy::kFloat32: target = DType::F32; break;
-    case CastPolicy::kPromote: target = widest; break;
+    case CastPolicy::kPromote:  // the op promotes its inputs itself, with or without autocast
     case CastPolicy::kKeep: break;
   }
   if (target == x.dtype()) return x;

@@ -299,8 +299,9 @@ nlohmann::json run_config(const TrainConfig& c, int64_t micro_batch, int world, 
             {"lr_schedule", c.lr_schedule}, {"warmup_steps", c.warmup_steps}, {"min_lr", c.min_lr},
             {"grad_clip", c.grad_clip}, {"seed", c.seed},
             {"precision", amp::precision_name(amp::parse_precision(c.precision))},
-            {"loss_scale", c.loss_scale.empty() ? (amp::parse_precision(c.precision) == DType::F16 ? "dynamic" : "none")
-                                                : c.loss_scale},
+            {"loss_scale", !c.loss_scale.empty()                                                ? c.loss_scale
+                           : amp::default_loss_scale(amp::parse_precision(c.precision)).enabled ? "dynamic"
+                                                                                                : "none"},
             {"loss_scale_growth_interval", c.loss_scale_growth_interval}}}};
 }
 
@@ -720,7 +721,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     if (step == inject_inf_step) inject_inf(opt_params, rank, step);
     // Loss scaling: the gradients are unscaled before clipping; a step with an inf/NaN on any
     // rank is skipped by all (the flag is reduced over the ranks that hold the gradients).
-    const bool skipped = !mp.scaler().unscale_and_check(grads_of(opt_params), pg.get());
+    const bool skipped = mp.scaler().enabled() && !mp.scaler().unscale_and_check(grads_of(opt_params), pg.get());
     double norm = std::numeric_limits<double>::quiet_NaN();
     if (skipped) {
       progress.finish();

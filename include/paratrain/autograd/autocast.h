@@ -30,14 +30,13 @@ namespace paratrain::autograd {
 enum class CastPolicy : uint8_t {
   kLowerPrecision,  // the autocast dtype (matmul, linear, bmm, attention, conv2d)
   kFloat32,         // f32 (layer_norm, softmax, log_softmax, cross_entropy)
-  kPromote,         // the widest dtype among the inputs (add, sub, mul)
+  kPromote,         // the widest dtype among the inputs (add, sub, mul: the op promotes them itself)
   kKeep,            // the input's dtype (activations, dropout, pooling, embedding, ...)
 };
 
 // The policy of an op, by its name in paratrain/autograd/ops.h; InternalError for an op the
 // table does not list (every op must be in it).
 CastPolicy autocast_policy(std::string_view op);
-const char* cast_policy_name(CastPolicy p);
 
 // The half copies of parameters used under autocast, reused until invalidate().
 class WeightCastCache {
@@ -80,9 +79,9 @@ class AutocastGuard {
 DType autocast_dtype();
 bool autocast_enabled();
 
-// The input x of op `op` (its policy) cast for the current autocast state; x itself when
-// autocast is off, x is undefined or not floating point, or already of that dtype. `widest`
-// is the target of a kPromote op (the caller computes it over all inputs).
-Tensor autocast_input(std::string_view op, const Tensor& x, DType widest = DType::F32);
+// The input x of op `op` cast to the precision its policy gives under the current autocast
+// state; x itself when autocast is off, x is undefined or not floating point, it already has
+// that dtype, or the policy is kPromote/kKeep.
+Tensor autocast_input(std::string_view op, const Tensor& x);
 
 }  // namespace paratrain::autograd

@@ -4,13 +4,6 @@
 
 namespace paratrain::ops::detail {
 
-Tensor f32_contiguous(const Tensor& x, const char* op, const char* what) {
-  if (!x.defined()) PT_THROW(InputError, op, ": ", what, " is undefined");
-  if (x.dtype() != DType::F32)
-    PT_THROW(InputError, op, ": ", what, " must be f32, got ", dtype_name(x.dtype()));
-  return x.contiguous();
-}
-
 Tensor float_contiguous(const Tensor& x, const char* op, const char* what) {
   if (!x.defined()) PT_THROW(InputError, op, ": ", what, " is undefined");
   if (!dtype_is_float(x.dtype()))

@@ -14,8 +14,6 @@ namespace k = paratrain::kernels::cpu;  // constants and shape helpers only; ker
 using kernels::kernel;  // kernel(&Registry::gelu_forward, x): the kernel for x's (device, dtype)
 using kernels::Registry;
 
-// x as a contiguous f32 tensor; InputError naming the op otherwise.
-Tensor f32_contiguous(const Tensor& x, const char* op, const char* what);
 // x as a contiguous floating-point tensor (f32, bf16, f16); InputError naming the op otherwise.
 // The op's kernel is then found by x's dtype (NoKernelError when it has none).
 Tensor float_contiguous(const Tensor& x, const char* op, const char* what);
