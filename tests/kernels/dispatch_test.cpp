@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "paratrain/kernels/registry.h"
 
@@ -61,4 +62,30 @@ TEST(KernelDispatch, CastsAreKeyedByTheHalfType) {
     }
   }
   EXPECT_EQ(half[3], f32_to_f16(65504.0f));  // the last pass was f16: its largest finite value
+}
+
+// Cross-entropy on half-type logits is the f32 kernel on the widened logits: the same losses
+// and log-sum-exp to the bit, and the f32 gradient rounded once to the half type.
+TEST(KernelDispatch, HalfCrossEntropyIsTheF32KernelOnWidenedLogits) {
+  const Registry& r = kernels::registry();
+  const int64_t N = 5, V = 37;
+  std::vector<int32_t> targets = {0, 36, 5, kernels::cpu::kIgnoreIndex, 17};
+  for (DType t : {DType::BF16, DType::F16}) {
+    std::vector<uint16_t> logits(N * V), dlog(N * V);
+    std::vector<float> wide(N * V);
+    for (int64_t i = 0; i < N * V; ++i) {
+      const float x = static_cast<float>((i * 7919) % 97) / 16.0f - 3.0f;  // exact in both types
+      logits[i] = t == DType::BF16 ? f32_to_bf16(x) : f32_to_f16(x);
+      wide[i] = x;
+    }
+    std::vector<float> loss_h(N), lse_h(N), loss_f(N), lse_f(N), dl(N, 0.25f), dlog_f(N * V);
+    r.crossentropy_forward.at(Device::CPU, t)(loss_h.data(), lse_h.data(), logits.data(), targets.data(), N, V);
+    kernels::cpu::crossentropy_forward(loss_f.data(), lse_f.data(), wide.data(), targets.data(), N, V);
+    EXPECT_EQ(loss_h, loss_f) << dtype_name(t);
+    EXPECT_EQ(lse_h, lse_f) << dtype_name(t);
+    r.crossentropy_backward.at(Device::CPU, t)(dlog.data(), dl.data(), logits.data(), lse_h.data(), targets.data(), N, V);
+    kernels::cpu::crossentropy_backward(dlog_f.data(), dl.data(), wide.data(), lse_f.data(), targets.data(), N, V);
+    for (int64_t i = 0; i < N * V; ++i)
+      ASSERT_EQ(dlog[i], t == DType::BF16 ? f32_to_bf16(dlog_f[i]) : f32_to_f16(dlog_f[i])) << dtype_name(t) << " " << i;
+  }
 }

@@ -109,18 +109,6 @@ int convert_impls(const ConvertImpl** out, int max) {
   return n;
 }
 
-float* half_scratch(int slot, size_t n) {
-  PT_CHECK(slot >= 0 && slot < kHalfScratchSlots, "bad half scratch slot ", slot);
-  thread_local std::vector<float> bufs[kHalfScratchSlots];
-  auto& b = bufs[slot];
-  if (b.size() < n) {
-    b.clear();
-    b.shrink_to_fit();
-    b.resize(n + 64);
-  }
-  return b.data();
-}
-
 }  // namespace detail
 
 const char* half_convert_path() { return detail::convert_impl().name; }

@@ -57,22 +57,7 @@ void accumulate(uint16_t* acc, const uint16_t* a, const uint16_t* c, int64_t n, 
   });
 }
 
-constexpr int64_t kChunk = 1 << 14;  // as reduce.cpp: fixed chunks, combined in order
-
-template <typename F>
-double chunked_sum(int64_t n, F&& chunk_sum) {
-  if (n < 0) PT_THROW(InputError, "reduce: negative element count ", n);
-  const int64_t nchunks = (n + kChunk - 1) / kChunk;
-  thread_local std::vector<double> partial;
-  if (static_cast<int64_t>(partial.size()) < nchunks) partial.resize(nchunks);
-  double* p = partial.data();
-  detail::parallel_for(nchunks, 4, [&](int64_t b, int64_t e) {
-    for (int64_t c = b; c < e; ++c) p[c] = chunk_sum(c * kChunk, std::min(n, (c + 1) * kChunk));
-  }, 1);
-  double s = 0.0;
-  for (int64_t c = 0; c < nchunks; ++c) s += p[c];
-  return s;
-}
+using detail::chunked_sum;  // the f32 reductions' fixed chunks, combined in order
 
 // sum over [b, e) of G(widened x[i]) in double, widening kHalfBlock at a time
 template <DType T, typename G>

@@ -3,8 +3,8 @@
 //    chosen once at run time from CPUID (half_convert.cpp), never from build flags;
 //  - HalfT<T>: the conversions of one dtype (block-wise and per element);
 //  - threaded conversions of flat arrays and of matrices with a row stride;
-//  - half_scratch: thread-local grow-only f32 buffers of the half kernels (their own slots,
-//    apart from detail::scratch, which the f32 kernels they call use);
+//  - half_scratch: thread-local grow-only f32 buffers of the half kernels (detail::scratch's
+//    slots apart from those of the f32 kernels they call);
 //  - half_blocks: "widen a block, run the f32 kernel, narrow it" loops over n elements with
 //    stack blocks of kHalfBlock floats, threaded like the f32 elementwise kernels.
 #pragma once
@@ -123,11 +123,15 @@ void narrow_rows(uint16_t* out, int64_t ldo, const float* in, int64_t ldi, int64
   }, 1);
 }
 
-// Thread-local grow-only f32 scratch of the half kernels, slot in [0, kHalfScratchSlots).
-// Valid until the same thread asks the same slot for more. Half kernels do not nest, so a
-// kernel may use any slot; the f32 kernels they call use detail::scratch, not these.
-constexpr int kHalfScratchSlots = 6;
-float* half_scratch(int slot, size_t n);
+// Thread-local grow-only f32 scratch of the half kernels, slot in [0, kHalfScratchSlots):
+// detail::scratch's slots from kHalfScratchBase on, apart from those of the f32 kernels the
+// half kernels call. Valid until the same thread asks the same slot for more. Half kernels
+// do not nest, so a kernel may use any slot.
+constexpr int kHalfScratchSlots = kScratchSlots - kHalfScratchBase;
+inline float* half_scratch(int slot, size_t n) {
+  PT_CHECK(slot >= 0 && slot < kHalfScratchSlots, "bad half scratch slot ", slot);
+  return scratch(kHalfScratchBase + slot, n);
+}
 
 // Calls f(begin, len) over [0, n) in blocks of at most kHalfBlock elements, threaded for
 // large n (chunks are whole blocks except the last). f must not throw.

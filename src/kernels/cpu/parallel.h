@@ -1,5 +1,6 @@
 // Private helpers of the CPU kernels: thread-count plumbing, parallel_for over index
-// ranges, and grow-only thread-local scratch buffers (no per-call malloc in steady state).
+// ranges, grow-only thread-local scratch buffers (no per-call malloc in steady state), and
+// the thread-count-independent chunked sum of the reductions.
 #pragma once
 
 #include <omp.h>
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "paratrain/base/error.h"
 #include "paratrain/kernels/cpu/threads.h"
 
 namespace paratrain::kernels::cpu::detail {
@@ -59,8 +61,30 @@ void parallel_tasks(int64_t n, F&& f) {
 }
 
 // Thread-local grow-only scratch: slot in [0, kScratchSlots). The pointer stays valid until
-// the same thread asks for a larger buffer in the same slot.
-constexpr int kScratchSlots = 6;
+// the same thread asks for a larger buffer in the same slot. Slots [0, kHalfScratchBase) are
+// the f32 kernels'; the half-type kernels use the rest (half_util.h's half_scratch), since
+// they hold theirs while the f32 kernels they call use the first ones.
+constexpr int kHalfScratchBase = 6;
+constexpr int kScratchSlots = 12;
 float* scratch(int slot, size_t n);
+
+// The sum over [0, n) of chunk_sum(begin, end) (a double) over fixed chunks of kReduceChunk
+// elements, the chunks in parallel and combined in order: the result does not depend on the
+// thread count. InputError for n < 0.
+constexpr int64_t kReduceChunk = 1 << 14;
+template <typename F>
+double chunked_sum(int64_t n, F&& chunk_sum) {
+  if (n < 0) PT_THROW(InputError, "reduce: negative element count ", n);
+  const int64_t nchunks = (n + kReduceChunk - 1) / kReduceChunk;
+  thread_local std::vector<double> partial;
+  if (static_cast<int64_t>(partial.size()) < nchunks) partial.resize(nchunks);
+  double* p = partial.data();
+  parallel_for(nchunks, 4, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) p[c] = chunk_sum(c * kReduceChunk, std::min(n, (c + 1) * kReduceChunk));
+  }, 1);
+  double s = 0.0;
+  for (int64_t c = 0; c < nchunks; ++c) s += p[c];
+  return s;
+}
 
 }  // namespace paratrain::kernels::cpu::detail
