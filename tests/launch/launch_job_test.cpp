@@ -47,14 +47,7 @@ TEST_P(LaunchJob, EveryRankGetsEveryVariableAndMeetsInTheStore) {
   std::set<std::string> tokens, ports;
   for (int rank = 0; rank < n; ++rank) {
     auto& v = vars[rank];
-    EXPECT_EQ(v["RANK"], std::to_string(rank));
-    EXPECT_EQ(v["LOCAL_RANK"], std::to_string(rank));
-    EXPECT_EQ(v["WORLD_SIZE"], std::to_string(n));
-    EXPECT_EQ(v["LOCAL_WORLD_SIZE"], std::to_string(n));
-    EXPECT_EQ(v["GROUP_RANK"], "0");
-    EXPECT_EQ(v["GROUP_WORLD_SIZE"], "1");
-    EXPECT_EQ(v["ROLE_RANK"], std::to_string(rank));
-    EXPECT_EQ(v["ROLE_WORLD_SIZE"], std::to_string(n));
+    expect_one_node_rank_vars(v, rank, n);
     EXPECT_EQ(v["MASTER_ADDR"], "127.0.0.1");
     EXPECT_EQ(v["TORCHELASTIC_RESTART_COUNT"], "0");
     EXPECT_EQ(v["TORCHELASTIC_MAX_RESTARTS"], "0");

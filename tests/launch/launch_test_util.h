@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -160,6 +162,18 @@ inline std::map<int, std::map<std::string, std::string>> rank_vars(const std::st
     out[r][rest.substr(0, eq)] = rest.substr(eq + 1);
   }
   return out;
+}
+
+// The torchrun variables of rank `rank` of an n-rank job on one node (v: rank_vars()'s map).
+inline void expect_one_node_rank_vars(std::map<std::string, std::string>& v, int rank, int n) {
+  EXPECT_EQ(v["RANK"], std::to_string(rank));
+  EXPECT_EQ(v["LOCAL_RANK"], std::to_string(rank));
+  EXPECT_EQ(v["WORLD_SIZE"], std::to_string(n));
+  EXPECT_EQ(v["LOCAL_WORLD_SIZE"], std::to_string(n));
+  EXPECT_EQ(v["GROUP_RANK"], "0");
+  EXPECT_EQ(v["GROUP_WORLD_SIZE"], "1");
+  EXPECT_EQ(v["ROLE_RANK"], std::to_string(rank));
+  EXPECT_EQ(v["ROLE_WORLD_SIZE"], std::to_string(n));
 }
 
 // A TCP port on loopback that was free a moment ago (the kernel's pick for port 0).
