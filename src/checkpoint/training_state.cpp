@@ -24,6 +24,92 @@ constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimFile = "optim.safetensors";
 constexpr const char* kFormat = "paratrain-training-state";
 constexpr const char* kShardFormat = "paratrain-optimizer-shard";
+constexpr const char* kPartFormat = "paratrain-model-part";
+constexpr const char* kOptimPrefix = "optim/";  // optimizer tensors inside a model part
+
+[[noreturn]] void damaged(const std::string& ckpt, const std::string& what) {
+  PT_THROW(InputError, "checkpoint ", ckpt, " is damaged: ", what, "; nothing was loaded");
+}
+
+nlohmann::json cuts_json(const std::map<std::string, TensorCut>& cuts) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, c] : cuts) j[name] = c.str();
+  return j;
+}
+
+// The cuts of a JSON object name -> TensorCut text; InputError when malformed.
+std::map<std::string, TensorCut> parse_cuts(const nlohmann::json& j) {
+  if (!j.is_object()) PT_THROW(InputError, "not a JSON object");
+  std::map<std::string, TensorCut> cuts;
+  for (const auto& [name, c] : j.items()) {
+    if (!c.is_string()) PT_THROW(InputError, "the cut of ", name, " is not a string");
+    cuts[name] = TensorCut::parse(c.get<std::string>());
+  }
+  return cuts;
+}
+
+// The cut a tensor follows: a model tensor its own, an optimizer tensor "<param>.<state>" its
+// parameter's; replicated when none is listed.
+const TensorCut& cut_of(const std::map<std::string, TensorCut>& cuts, const std::string& key, bool optimizer) {
+  static const TensorCut replicated;
+  std::string name = key;
+  if (optimizer) {
+    const auto dot = key.rfind('.');
+    if (dot == std::string::npos) return replicated;
+    name = key.substr(0, dot);
+  }
+  const auto it = cuts.find(name);
+  return it == cuts.end() ? replicated : it->second;
+}
+
+// A decimal integer metadata value; `fallback` when the key is absent, nullopt when malformed.
+std::optional<int64_t> meta_int(const Metadata& md, const std::string& key, int64_t fallback) {
+  const auto it = md.find(key);
+  if (it == md.end()) return fallback;
+  try {
+    size_t used = 0;
+    const long long v = std::stoll(it->second, &used);
+    if (used != it->second.size()) return std::nullopt;
+    return v;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// The whole tensors from the local tensors of each tensor-parallel index: locals[key][i] is
+// index i's (undefined when it holds none). A cut tensor must be held by every index and is
+// joined along its cut; a replicated one comes from the lowest index holding it. `holder(i)`
+// names index i's file(s) in messages. The locals are released as they are joined.
+std::map<std::string, Tensor> join_across_tp(const std::string& ckpt,
+                                             std::map<std::string, std::vector<Tensor>>& locals,
+                                             const std::map<std::string, TensorCut>& cuts, bool optimizer,
+                                             const std::function<std::string(int)>& holder) {
+  std::map<std::string, Tensor> out;
+  for (auto& [key, parts] : locals) {
+    const TensorCut& c = cut_of(cuts, key, optimizer);
+    const int tp = static_cast<int>(parts.size());
+    if (c.replicated()) {
+      for (const Tensor& t : parts)
+        if (t.defined()) {
+          out[key] = t;
+          break;
+        }
+    } else {
+      for (int i = 0; i < tp; ++i)
+        if (!parts[i].defined())
+          damaged(ckpt, key + " (cut " + c.str() + " over " + std::to_string(tp) +
+                            " tensor-parallel ranks) is missing from " + holder(i));
+      try {
+        out[key] = join_tensor(parts, c);
+      } catch (const InputError& e) {
+        damaged(ckpt, "cannot join " + key + " from its " + std::to_string(tp) + " tensor-parallel parts (" + e.what() +
+                          ")");
+      }
+    }
+    parts.clear();
+  }
+  return out;
+}
 
 // step_<N> -> N; -1 when the name is not of that form.
 int64_t parse_step_name(const std::string& name) {
@@ -85,15 +171,46 @@ nlohmann::json read_manifest(const std::string& ckpt) {
   if (m.value("format", "") != kFormat) bad(std::string("has no \"format\": \"") + kFormat + "\"");
   if (!m.contains("step") || !m["step"].is_number_integer()) bad("has no integer \"step\"");
   if (!m.contains("files") || !m["files"].is_object()) bad("has no \"files\" object");
-  // The optimizer state is optim.safetensors, or one shard per rank listed in "optimizer_shards".
-  std::vector<std::string> required = {kModelFile};
+  // The model is model.safetensors, or one part per tensor-parallel index listed in
+  // "model_parts"; the optimizer state optim.safetensors, one shard per rank listed in
+  // "optimizer_shards", or (with model parts and no shards) inside the parts.
+  std::vector<std::string> required;
+  int64_t tp = 1;
+  if (m.contains("tp_size")) {
+    if (!m["tp_size"].is_number_integer() || m["tp_size"].get<int64_t>() < 1) bad("has a malformed \"tp_size\"");
+    tp = m["tp_size"].get<int64_t>();
+  }
+  if (m.contains("cuts")) {
+    try {
+      parse_cuts(m["cuts"]);
+    } catch (const std::exception& e) {
+      bad(std::string("has malformed \"cuts\" (") + e.what() + ")");
+    }
+  }
+  if (m.contains("model_metadata")) {
+    if (!m["model_metadata"].is_object()) bad("has a malformed \"model_metadata\"");
+    for (const auto& [k, v] : m["model_metadata"].items())
+      if (!v.is_string()) bad("has a malformed \"model_metadata\"");
+  }
+  const bool parted = m.contains("model_parts");
+  if (parted) {
+    if (!m["model_parts"].is_array() || m["model_parts"].empty()) bad("has a malformed \"model_parts\"");
+    if (static_cast<int64_t>(m["model_parts"].size()) != tp)
+      bad("lists " + std::to_string(m["model_parts"].size()) + " model parts for a tp_size of " + std::to_string(tp));
+    for (const auto& f : m["model_parts"]) {
+      if (!f.is_string()) bad("has a malformed \"model_parts\"");
+      required.push_back(f.get<std::string>());
+    }
+  } else {
+    required.push_back(kModelFile);
+  }
   if (m.contains("optimizer_shards")) {
     if (!m["optimizer_shards"].is_array() || m["optimizer_shards"].empty()) bad("has a malformed \"optimizer_shards\"");
     for (const auto& f : m["optimizer_shards"]) {
       if (!f.is_string()) bad("has a malformed \"optimizer_shards\"");
       required.push_back(f.get<std::string>());
     }
-  } else {
+  } else if (!parted) {
     required.push_back(kOptimFile);
   }
   for (const std::string& f : required) {
@@ -108,13 +225,17 @@ nlohmann::json read_manifest(const std::string& ckpt) {
 
 // The whole optimizer state from the shards listed in the manifest: every "<param>.<state>"
 // tensor gets its parameter's shape, and its pieces must cover each element exactly once.
-std::map<std::string, Tensor> assemble_shards(const std::string& ckpt, const std::vector<ShardFileInfo>& files) {
+// Under tensor parallelism (tp > 1) the pieces are ranges of each tp index's local tensors:
+// each index's locals are assembled that way from its ranks' shards, then joined across tp
+// along the cuts.
+std::map<std::string, Tensor> assemble_shards(const std::string& ckpt, const std::vector<ShardFileInfo>& files, int tp,
+                                              const std::map<std::string, TensorCut>& cuts) {
   struct Whole {
     Tensor t;
     std::vector<std::pair<int64_t, int64_t>> ranges;  // [begin, end) of the pieces seen
     std::string first_file;
   };
-  std::map<std::string, Whole> out;
+  std::vector<std::map<std::string, Whole>> out(static_cast<size_t>(tp));  // per tp index
   const int world = static_cast<int>(files.size());
   for (int r = 0; r < world; ++r) {
     const ShardFileInfo& f = files[r];
@@ -131,6 +252,14 @@ std::map<std::string, Tensor> assemble_shards(const std::string& ckpt, const std
     if (file.metadata.count("rank") == 0 || file.metadata.at("rank") != std::to_string(r) ||
         file.metadata.count("world_size") == 0 || file.metadata.at("world_size") != std::to_string(world))
       bad("does not say it is shard " + std::to_string(r) + " of " + std::to_string(world));
+    const std::optional<int64_t> shard_tp = meta_int(file.metadata, "tp_size", 1),
+                                 shard_tp_index = meta_int(file.metadata, "tp_index", 0);
+    if (!shard_tp || *shard_tp != tp)
+      bad("does not say it belongs to a tensor-parallel size of " + std::to_string(tp) + " (its tp_size: " +
+          (file.metadata.count("tp_size") ? file.metadata.at("tp_size") : std::string("none")) + ")");
+    if (!shard_tp_index || *shard_tp_index < 0 || *shard_tp_index >= tp)
+      bad("has a malformed \"tp_index\" (not in 0.." + std::to_string(tp - 1) + ")");
+    std::map<std::string, Whole>& local = out[static_cast<size_t>(*shard_tp_index)];
     nlohmann::json pieces;
     try {
       pieces = nlohmann::json::parse(it->second);
@@ -161,7 +290,7 @@ std::map<std::string, Tensor> assemble_shards(const std::string& ckpt, const std
       if (begin < 0 || n < 0 || begin + n > total || t.numel() != n || t.dtype() != DType::F32)
         bad("holds " + key + " [" + shape_str(t.shape()) + "] for elements " + std::to_string(begin) + ".." +
             std::to_string(begin + n) + " of a parameter of " + std::to_string(total) + " elements");
-      Whole& w = out[key];
+      Whole& w = local[key];
       if (!w.t.defined()) {
         w.t = Tensor::zeros(shape);
         w.first_file = f.name;
@@ -173,23 +302,81 @@ std::map<std::string, Tensor> assemble_shards(const std::string& ckpt, const std
       w.ranges.emplace_back(begin, begin + n);
     }
   }
-  std::map<std::string, Tensor> state;
-  for (auto& [key, w] : out) {
-    std::sort(w.ranges.begin(), w.ranges.end());
-    int64_t covered = 0;
-    for (const auto& [b, e] : w.ranges) {
-      if (b != covered)
-        PT_THROW(InputError, "checkpoint ", ckpt, " is damaged: the optimizer shards ",
-                 b > covered ? "leave out" : "overlap at", " elements ", std::min(b, covered), "..",
-                 std::max(b, covered), " of ", key, "; nothing was loaded");
-      covered = e;
+  std::vector<std::map<std::string, Tensor>> state(static_cast<size_t>(tp));
+  for (int i = 0; i < tp; ++i)
+    for (auto& [key, w] : out[static_cast<size_t>(i)]) {
+      // Under tensor parallelism the tensor is a local one: say whose.
+      const std::string of = key + (tp > 1 ? " on tensor-parallel index " + std::to_string(i) : std::string());
+      std::sort(w.ranges.begin(), w.ranges.end());
+      int64_t covered = 0;
+      for (const auto& [b, e] : w.ranges) {
+        if (b != covered)
+          PT_THROW(InputError, "checkpoint ", ckpt, " is damaged: the optimizer shards ",
+                   b > covered ? "leave out" : "overlap at", " elements ", std::min(b, covered), "..",
+                   std::max(b, covered), " of ", of, "; nothing was loaded");
+        covered = e;
+      }
+      if (covered != w.t.numel())
+        PT_THROW(InputError, "checkpoint ", ckpt, " is damaged: the optimizer shards leave out elements ", covered,
+                 "..", w.t.numel(), " of ", of, "; nothing was loaded");
+      state[static_cast<size_t>(i)][key] = std::move(w.t);
     }
-    if (covered != w.t.numel())
-      PT_THROW(InputError, "checkpoint ", ckpt, " is damaged: the optimizer shards leave out elements ", covered, "..",
-               w.t.numel(), " of ", key, "; nothing was loaded");
-    state[key] = std::move(w.t);
+  if (tp == 1) return std::move(state[0]);
+  std::map<std::string, std::vector<Tensor>> locals;
+  for (int i = 0; i < tp; ++i)
+    for (auto& [key, t] : state[static_cast<size_t>(i)]) {
+      auto& v = locals[key];
+      v.resize(static_cast<size_t>(tp));
+      v[static_cast<size_t>(i)] = std::move(t);
+    }
+  state.clear();
+  return join_across_tp(ckpt, locals, cuts, /*optimizer=*/true, [](int i) {
+    return "the optimizer shards of tensor-parallel index " + std::to_string(i);
+  });
+}
+
+// The whole model (and, when `optimizer` is set, optimizer state) from the tensor-parallel
+// parts listed in the manifest: each part's metadata must agree with the manifest, then every
+// tensor is joined across the parts.
+void load_model_parts(const std::string& ckpt, const std::vector<ShardFileInfo>& files,
+                      const std::map<std::string, TensorCut>& cuts, std::map<std::string, Tensor>& model,
+                      std::map<std::string, Tensor>* optimizer) {
+  const int tp = static_cast<int>(files.size());
+  std::map<std::string, std::vector<Tensor>> model_locals, optim_locals;
+  const size_t prefix = std::strlen(kOptimPrefix);
+  for (int i = 0; i < tp; ++i) {
+    const ShardFileInfo& f = files[static_cast<size_t>(i)];
+    auto bad = [&](const std::string& what) { damaged(ckpt, f.name + " " + what); };
+    if (f.name != model_part_file_name(i, tp))
+      damaged(ckpt, std::string(kManifest) + " lists " + f.name + " as model part " + std::to_string(i) + " of " +
+                        std::to_string(tp) + " (expected " + model_part_file_name(i, tp) + ")");
+    SafetensorsFile file = read_safetensors((fs::path(ckpt) / f.name).string());
+    const Metadata& md = file.metadata;
+    if (md.count("format") == 0 || md.at("format") != kPartFormat)
+      bad(std::string("is not a model part (no \"format\": \"") + kPartFormat + "\" metadata)");
+    if (md.count("tp_index") == 0 || md.at("tp_index") != std::to_string(i) || md.count("tp_size") == 0 ||
+        md.at("tp_size") != std::to_string(tp))
+      bad("does not say it is tensor-parallel part " + std::to_string(i) + " of " + std::to_string(tp));
+    std::map<std::string, TensorCut> part_cuts;
+    try {
+      part_cuts = parse_cuts(nlohmann::json::parse(md.count("cuts") ? md.at("cuts") : std::string("null")));
+    } catch (const std::exception& e) {
+      bad(std::string("has malformed \"cuts\" metadata (") + e.what() + ")");
+    }
+    if (part_cuts != cuts)
+      bad("records the cuts " + cuts_json(part_cuts).dump() + ", the manifest " + cuts_json(cuts).dump());
+    for (auto& [name, t] : file.tensors) {
+      const bool is_optim = name.compare(0, prefix, kOptimPrefix) == 0;
+      if (is_optim && !optimizer)
+        bad("holds the optimizer tensor " + name + ", but the checkpoint's optimizer state is in its shards");
+      auto& v = (is_optim ? optim_locals : model_locals)[is_optim ? name.substr(prefix) : name];
+      v.resize(static_cast<size_t>(tp));
+      v[static_cast<size_t>(i)] = std::move(t);
+    }
   }
-  return state;
+  const auto holder = [&](int i) { return files[static_cast<size_t>(i)].name; };
+  model = join_across_tp(ckpt, model_locals, cuts, /*optimizer=*/false, holder);
+  if (optimizer) *optimizer = join_across_tp(ckpt, optim_locals, cuts, /*optimizer=*/true, holder);
 }
 
 std::string hex_u64(uint64_t v) {
@@ -241,19 +428,66 @@ std::string optimizer_shard_file_name(int rank, int world_size) {
 }
 
 ShardFileInfo write_optimizer_shard(const std::string& dir, int64_t step, int rank, int world_size,
-                                    const OptimizerShard& shard, int64_t optimizer_steps) {
+                                    const OptimizerShard& shard, int64_t optimizer_steps, int tp_index, int tp_size) {
+  if (tp_size < 1 || tp_index < 0 || tp_index >= tp_size)
+    PT_THROW(InputError, "write_optimizer_shard: tensor-parallel index ", tp_index, " of ", tp_size,
+             " does not exist");
   nlohmann::json pieces = nlohmann::json::array();
   for (const auto& p : shard.pieces)
     pieces.push_back({{"name", p.name}, {"begin", p.begin}, {"numel", p.numel}, {"shape", p.shape}});
-  const Metadata meta = {{"format", kShardFormat},
-                         {"rank", std::to_string(rank)},
-                         {"world_size", std::to_string(world_size)},
-                         {"optimizer_steps", std::to_string(optimizer_steps)},
-                         {"pieces", pieces.dump()}};
+  Metadata meta = {{"format", kShardFormat},
+                   {"rank", std::to_string(rank)},
+                   {"world_size", std::to_string(world_size)},
+                   {"optimizer_steps", std::to_string(optimizer_steps)},
+                   {"pieces", pieces.dump()}};
+  if (tp_size != 1) {  // without tensor parallelism the metadata stays as it always was
+    meta["tp_index"] = std::to_string(tp_index);
+    meta["tp_size"] = std::to_string(tp_size);
+  }
   ShardFileInfo info;
   info.name = optimizer_shard_file_name(rank, world_size);
   const fs::path path = fs::path(dir) / checkpoint_name(step) / info.name;
   save_safetensors(path.string(), shard.tensors, meta);
+  info.bytes = static_cast<uint64_t>(fs::file_size(path));
+  info.crc32 = file_crc32(path.string());
+  return info;
+}
+
+std::string model_part_file_name(int tp_index, int tp_size) {
+  return "model.tp" + std::to_string(tp_index) + "-of-" + std::to_string(tp_size) + ".safetensors";
+}
+
+ShardFileInfo write_model_part(const std::string& dir, int64_t step, int tp_index, int tp_size,
+                               const std::map<std::string, Tensor>& local_model,
+                               const std::map<std::string, Tensor>& local_optimizer,
+                               const std::map<std::string, TensorCut>& cuts, int64_t optimizer_steps) {
+  if (tp_size < 1 || tp_index < 0 || tp_index >= tp_size)
+    PT_THROW(InputError, "write_model_part: tensor-parallel index ", tp_index, " of ", tp_size, " does not exist");
+  for (const auto& [name, c] : cuts) {
+    const auto it = local_model.find(name);
+    if (it == local_model.end())
+      PT_THROW(InputError, "write_model_part: the cut ", c.str(), " of ", name, " names no local model tensor");
+    if (!c.replicated() && c.dim >= it->second.dim())
+      PT_THROW(InputError, "write_model_part: the cut ", c.str(), " of ", name, " names a dimension the local tensor ",
+               shape_str(it->second.shape()), " does not have");
+  }
+  NamedTensors tensors;
+  for (const auto& [name, t] : local_model) {
+    if (name.rfind(kOptimPrefix, 0) == 0)
+      PT_THROW(InputError, "write_model_part: the model tensor ", name, " has the prefix ", kOptimPrefix,
+               " reserved for the optimizer state");
+    tensors.emplace_back(name, t);
+  }
+  for (const auto& [name, t] : local_optimizer) tensors.emplace_back(kOptimPrefix + name, t);
+  const Metadata meta = {{"format", kPartFormat},
+                         {"tp_index", std::to_string(tp_index)},
+                         {"tp_size", std::to_string(tp_size)},
+                         {"cuts", cuts_json(cuts).dump()},
+                         {"optimizer_steps", std::to_string(optimizer_steps)}};
+  ShardFileInfo info;
+  info.name = model_part_file_name(tp_index, tp_size);
+  const fs::path path = fs::path(dir) / checkpoint_name(step) / info.name;
+  save_safetensors(path.string(), tensors, meta);
   info.bytes = static_cast<uint64_t>(fs::file_size(path));
   info.crc32 = file_crc32(path.string());
   return info;
@@ -265,7 +499,21 @@ std::string save_training_state(const std::string& dir, const TrainingState& s, 
   const std::string name = checkpoint_name(s.step);
   const fs::path ckpt = fs::path(dir) / name;
   const bool sharded = !s.optimizer_shards.empty();
-  if (!sharded && !prepare_checkpoint(dir, s.step)) return ckpt.string();  // already saved
+  const bool parted = !s.model_parts.empty();  // the model (and optimizer state) in tensor-parallel parts
+  if (!sharded && !parted && !prepare_checkpoint(dir, s.step)) return ckpt.string();  // already saved
+  if (parted) {
+    if (static_cast<int>(s.model_parts.size()) != s.tp_size)
+      PT_THROW(InputError, "save_training_state: ", s.model_parts.size(), " model parts for a tp_size of ", s.tp_size);
+    for (int i = 0; i < s.tp_size; ++i) {
+      const ShardFileInfo& f = s.model_parts[static_cast<size_t>(i)];
+      if (f.name != model_part_file_name(i, s.tp_size))
+        PT_THROW(InputError, "save_training_state: model part ", i, " of ", s.tp_size, " is ", f.name, ", expected ",
+                 model_part_file_name(i, s.tp_size));
+      if (!fs::exists(ckpt / f.name, ec))
+        PT_THROW(InputError, "save_training_state: the model part ", (ckpt / f.name).string(),
+                 " is missing (every tensor-parallel index writes its part before rank 0 writes the manifest)");
+    }
+  }
   if (sharded)
     for (const auto& f : s.optimizer_shards)
       if (!fs::exists(ckpt / f.name, ec))
@@ -274,8 +522,8 @@ std::string save_training_state(const std::string& dir, const TrainingState& s, 
 
   const std::string model_path = (ckpt / kModelFile).string();
   const std::string optim_path = (ckpt / kOptimFile).string();
-  save_safetensors(model_path, s.model, s.model_metadata);
-  if (!sharded)
+  if (!parted) save_safetensors(model_path, s.model, s.model_metadata);
+  if (!sharded && !parted)
     save_safetensors(optim_path, s.optimizer, Metadata{{"optimizer_steps", std::to_string(s.optimizer_steps)}});
 
   nlohmann::json m;
@@ -295,16 +543,29 @@ std::string save_training_state(const std::string& dir, const TrainingState& s, 
   }
   m["config"] = s.config;
   m["zero_stage"] = s.zero_stage;
+  if (parted || s.tp_size != 1) {
+    m["tp_size"] = s.tp_size;
+    m["cuts"] = cuts_json(s.cuts);
+  }
   m["files"] = nlohmann::json::object();
-  m["files"][kModelFile] = {{"bytes", static_cast<uint64_t>(fs::file_size(model_path))},
-                            {"crc32", file_crc32(model_path)}};
+  if (parted) {
+    m["model_parts"] = nlohmann::json::array();
+    for (const auto& f : s.model_parts) {
+      m["model_parts"].push_back(f.name);
+      m["files"][f.name] = {{"bytes", f.bytes}, {"crc32", f.crc32}};
+    }
+    m["model_metadata"] = s.model_metadata;
+  } else {
+    m["files"][kModelFile] = {{"bytes", static_cast<uint64_t>(fs::file_size(model_path))},
+                              {"crc32", file_crc32(model_path)}};
+  }
   if (sharded) {
     m["optimizer_shards"] = nlohmann::json::array();
     for (const auto& f : s.optimizer_shards) {
       m["optimizer_shards"].push_back(f.name);
       m["files"][f.name] = {{"bytes", f.bytes}, {"crc32", f.crc32}};
     }
-  } else {
+  } else if (!parted) {
     m["files"][kOptimFile] = {{"bytes", static_cast<uint64_t>(fs::file_size(optim_path))},
                               {"crc32", file_crc32(optim_path)}};
   }
@@ -400,16 +661,35 @@ TrainingState load_training_state(const std::string& ckpt) {
   } catch (const std::exception& e) {
     PT_THROW(InputError, "checkpoint ", ckpt, " is damaged: ", kManifest, ": ", e.what(), "; nothing was loaded");
   }
-  auto model = read_safetensors((fs::path(ckpt) / kModelFile).string());
-  s.model = std::move(model.tensors);
-  s.model_metadata = std::move(model.metadata);
   s.zero_stage = m.value("zero_stage", 0);
-  if (m.contains("optimizer_shards")) {
-    for (const auto& f : m["optimizer_shards"])
-      s.optimizer_shards.push_back({f.get<std::string>(), m["files"][f.get<std::string>()]["bytes"].get<uint64_t>(),
-                                    m["files"][f.get<std::string>()]["crc32"].get<std::string>()});
-    s.optimizer = assemble_shards(ckpt, s.optimizer_shards);
+  // read_manifest() has checked the shapes of these fields.
+  s.tp_size = m.value("tp_size", 1);
+  if (m.contains("cuts")) s.cuts = parse_cuts(m["cuts"]);
+  const auto listed = [&](const std::string& key) {
+    std::vector<ShardFileInfo> out;
+    for (const auto& f : m[key])
+      out.push_back({f.get<std::string>(), m["files"][f.get<std::string>()]["bytes"].get<uint64_t>(),
+                     m["files"][f.get<std::string>()]["crc32"].get<std::string>()});
+    return out;
+  };
+  const bool sharded = m.contains("optimizer_shards");
+  if (m.contains("model_parts")) {
+    s.model_parts = listed("model_parts");
+    if (m.contains("model_metadata")) s.model_metadata = m["model_metadata"].get<Metadata>();
+    load_model_parts(ckpt, s.model_parts, s.cuts, s.model, sharded ? nullptr : &s.optimizer);
   } else {
+    auto model = read_safetensors((fs::path(ckpt) / kModelFile).string());
+    s.model = std::move(model.tensors);
+    s.model_metadata = std::move(model.metadata);
+  }
+  for (const auto& [name, c] : s.cuts)
+    if (s.model.count(name) == 0)
+      damaged(ckpt,
+              std::string(kManifest) + " gives the cut " + c.str() + " to " + name + ", which is no model tensor");
+  if (sharded) {
+    s.optimizer_shards = listed("optimizer_shards");
+    s.optimizer = assemble_shards(ckpt, s.optimizer_shards, s.tp_size, s.cuts);
+  } else if (!m.contains("model_parts")) {
     s.optimizer = load_safetensors((fs::path(ckpt) / kOptimFile).string());
   }
   return s;

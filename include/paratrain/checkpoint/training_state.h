@@ -9,6 +9,12 @@
 //                                  instead of optim.safetensors when the optimizer state is
 //                                  sharded (ZeRO): rank R's pieces, each a 1-D range of a
 //                                  parameter's state, the ranges in the file's metadata
+//   D/step_<N>/model.tp<I>-of-<T>.safetensors
+//                                  instead of model.safetensors (and of optim.safetensors
+//                                  without ZeRO) when the run is tensor-parallel over T
+//                                  ranks: index I's local model tensors under their names
+//                                  and its local optimizer tensors under "optim/<name>";
+//                                  the cuts (TensorCut, tensor_cut.h) in its metadata
 //   D/step_<N>/manifest.json       written LAST: step, world size, the run's configuration,
 //                                  optimizer step count, RNG state, loss scale, and the size
 //                                  and CRC32 of each file (every shard too). A step_<N>
@@ -21,8 +27,13 @@
 // caller runs over its ranks: rank 0 prepare_checkpoint(); (every rank waits for it)
 // every rank write_optimizer_shard(); (rank 0 gathers every rank's ShardFileInfo) rank 0
 // save_training_state() with optimizer_shards set, which writes the model and the manifest.
-// load_training_state() always returns the whole state, the shards assembled, so any number
-// of ranks can resume from it.
+// Tensor-parallel state, the same protocol: rank 0 prepare_checkpoint(); the rank with dp
+// index 0 of each tensor-parallel index I write_model_part() (and, with ZeRO, every rank
+// write_optimizer_shard() with its tp index, the pieces being ranges of its LOCAL tensors);
+// rank 0 save_training_state() with model_parts (and optimizer_shards) set, which writes only
+// the manifest.
+// load_training_state() always returns the whole state, the shards assembled and the
+// tensor-parallel parts joined (join_tensor), so any layout can resume from it.
 //
 // Thread-safety: free functions, no shared state; two processes must not save into the same
 // directory at once.
@@ -39,6 +50,7 @@
 #include <nlohmann/json.hpp>
 
 #include "paratrain/checkpoint/safetensors.h"
+#include "paratrain/checkpoint/tensor_cut.h"
 #include "paratrain/tensor/tensor.h"
 
 namespace paratrain::checkpoint {
@@ -67,7 +79,8 @@ struct ShardFileInfo {
 struct TrainingState {
   int64_t step = 0;                           // optimizer steps completed = next step index
   std::map<std::string, Tensor> model;        // model weights
-  Metadata model_metadata;                    // __metadata__ of model.safetensors
+  Metadata model_metadata;                    // __metadata__ of model.safetensors (with
+                                              // model_parts: kept in the manifest)
   std::map<std::string, Tensor> optimizer;    // optimizer state tensors (whole; on load
                                               // assembled from the shards when sharded)
   // Save with sharded state: the shard files the ranks wrote (rank order); `optimizer` is
@@ -79,6 +92,16 @@ struct TrainingState {
   double loss_scale = 1.0;                     // the loss scaler's scale (1 without one)
   int64_t loss_scale_growth_tracker = 0;       // its clean steps towards the next growth
   int world_size = 1;
+  // Tensor parallelism: the tp size the state was saved with, and the cut of every model tensor
+  // that is not replicated (an optimizer tensor "<param>.<state>" follows its parameter's cut).
+  // Recorded in the manifest when tp_size > 1 or model_parts is set; on load filled in from it
+  // (while `model` and `optimizer` are always returned whole).
+  int tp_size = 1;
+  std::map<std::string, TensorCut> cuts;
+  // Save with tensor-parallel parts: the part files written by write_model_part(), in tp index
+  // order (model_parts.size() == tp_size); `model` is then unused, and so is `optimizer` (the
+  // parts hold it, or optimizer_shards do). On load: the part files the checkpoint has.
+  std::vector<ShardFileInfo> model_parts;
   // The run's configuration (free-form JSON object the caller builds and compares; the
   // trainer records the data layout micro_batch/grad_accum/dp/seed and every setting that
   // changes the arithmetic).
@@ -93,7 +116,11 @@ std::string checkpoint_name(int64_t step);
 // if step_<N> already is `latest`, it is complete and identical, and nothing is written.
 // With state.optimizer_shards set, the directory was prepared by prepare_checkpoint() and
 // holds the shards already: it writes the model file and the manifest listing every shard
-// (sizes and CRCs as given; InputError when a listed file is missing). Afterwards keeps the
+// (sizes and CRCs as given; InputError when a listed file is missing). With state.model_parts
+// set likewise, the parts hold the model (and, without shards, the optimizer state): neither
+// model.safetensors nor optim.safetensors is written, the manifest lists every part and
+// records tp_size, the cuts and model_metadata (InputError when a part is missing or the parts
+// are not model_part_file_name(0..tp_size-1, tp_size)). Afterwards keeps the
 // newest `keep_last` complete checkpoints and deletes older step_* directories. Returns the
 // checkpoint's path. IoError on write failures. `before_manifest`, when set, runs once every
 // tensor file of the checkpoint is on disk and before the manifest is written: the point
@@ -112,9 +139,33 @@ std::string optimizer_shard_file_name(int rank, int world_size);
 
 // Sharded save, every rank after prepare_checkpoint(): writes this rank's shard atomically to
 // D/step_<N>/optimizer_shard_file_name(rank, world_size) (pieces in the metadata, with rank,
-// world size and the step count) and returns its name, size and CRC32.
+// world size and the step count) and returns its name, size and CRC32. Under tensor
+// parallelism (tp_size > 1; `rank`, `world_size` are then the world's) the pieces are ranges
+// of the rank's LOCAL tensors (their shapes the local shapes), and tp_index / tp_size are
+// recorded in the metadata too, so that the load assembles each tp index's local tensors
+// from its ranks' pieces before joining them across tp. InputError when tp_index is not in
+// [0, tp_size).
 ShardFileInfo write_optimizer_shard(const std::string& dir, int64_t step, int rank, int world_size,
-                                    const OptimizerShard& shard, int64_t optimizer_steps);
+                                    const OptimizerShard& shard, int64_t optimizer_steps, int tp_index = 0,
+                                    int tp_size = 1);
+
+// "model.tp<I>-of-<T>.safetensors"
+std::string model_part_file_name(int tp_index, int tp_size);
+
+// Tensor-parallel save, after prepare_checkpoint(), by one rank of each tensor-parallel index
+// (the one with dp index 0): writes atomically D/step_<N>/model_part_file_name(tp_index,
+// tp_size), one safetensors file holding `local_model` under its names and `local_optimizer`
+// (empty with ZeRO, whose shards hold it) under "optim/<name>", with metadata "format"
+// ("paratrain-model-part"), "tp_index", "tp_size", "cuts" (a JSON object name -> TensorCut
+// text, the non-replicated tensors) and "optimizer_steps". Replicated tensors may be left out
+// of every part but the first that holds them (the load takes a replicated tensor from the
+// lowest tp index holding it). Returns the file's name, size and CRC32 for rank 0's manifest.
+// InputError when tp_index is not in [0, tp_size), a model name starts with "optim/", or a
+// cut names no tensor of local_model or a dimension it does not have.
+ShardFileInfo write_model_part(const std::string& dir, int64_t step, int tp_index, int tp_size,
+                               const std::map<std::string, Tensor>& local_model,
+                               const std::map<std::string, Tensor>& local_optimizer,
+                               const std::map<std::string, TensorCut>& cuts, int64_t optimizer_steps);
 
 // Where a resume starts: the checkpoint to load (nullopt: start from step 0) and the
 // incomplete checkpoints passed over (step_* directories without a manifest, a save that was
@@ -150,6 +201,11 @@ void verify_training_state(const std::string& ckpt_dir);
 // any model or optimizer here, so a bad checkpoint is never half-loaded). Sharded optimizer
 // state is assembled into whole tensors; InputError ("damaged", naming the file or tensor)
 // when a shard's metadata is malformed or the pieces do not cover every element exactly once.
+// A tensor-parallel checkpoint is returned whole too: the parts' tensors joined (join_tensor,
+// the padding dropped), with ZeRO each tp index's local tensors first assembled from its
+// pieces; tp_size, cuts and model_parts are filled in. InputError ("damaged", naming the file
+// or tensor) when a part's metadata disagrees with the manifest (format, tp index, tp size,
+// cuts), a cut tensor is missing from a part, or the parts cannot be joined.
 TrainingState load_training_state(const std::string& ckpt_dir);
 
 // CRC32 (zlib) of a file's bytes, as 8 lower-case hex digits; IoError if unreadable.
