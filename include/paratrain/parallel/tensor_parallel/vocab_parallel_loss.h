@@ -1,0 +1,50 @@
+// Vocab-parallel cross-entropy (Megatron-LM; REFERENCE.md, "Megatron tensor parallelism"):
+// the mean cross-entropy of logits whose vocabulary dimension is split across the ranks of a
+// tensor-parallel group, without any rank holding the [positions x vocab] logits.
+//
+// The vocabulary is padded to tp x Vl; rank r holds columns [r Vl, (r + 1) Vl). Per position:
+// local max over the valid columns, all-reduce MAX; local sum of exp(logit - max) and the
+// target's logit (0 on the ranks that do not hold it), one all-reduce SUM of both;
+// loss = max + log(sumexp) - target logit. Backward is local: (softmax - onehot) * g / count on
+// this rank's columns. Communication: one MAX all-reduce of N floats and one SUM all-reduce
+// of 2N floats forward (timed into the TpGroup's stats), none backward.
+//
+// Arithmetic is f32 for every logits dtype (f32, bf16, f16): half logits are widened one row
+// at a time into a Vl-wide buffer, never as a whole; the gradient is rounded to the logits'
+// dtype once. The op does not consult autocast: it is already the f32 loss autocast asks for.
+// Memory beyond the inputs: a few N-float buffers, one Vl-wide f32 row per thread for half
+// logits, and the gradient (N x Vl in the logits' dtype) in backward. Rows are split over the
+// kernels' threads (kernels::cpu::num_threads(), OpenMP); each row is computed by one thread,
+// so the result does not depend on the thread count.
+//
+// Thread-safety: a collective of `tp` (see comm_ops.h): every rank of the group calls it with
+// the same positions, targets and vocab_size, in the same order as its other tp ops; one
+// thread per rank.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "paratrain/parallel/tensor_parallel/comm_ops.h"
+#include "paratrain/tensor/tensor.h"
+
+namespace paratrain::parallel {
+
+// logits (..., Vl): this rank's columns [vocab_start, vocab_start + Vl) of the vocabulary
+// padded to tp x Vl; columns at or beyond vocab_size (padding) count as -inf (they never
+// change the loss or get a gradient). targets (...) global token ids (i32; other integer
+// types are converted), -1 = ignored. Returns the mean cross-entropy over the non-ignored
+// positions as a one-element f32 tensor, the same value on every rank of tp (equal to
+// ops::cross_entropy of the whole logits to f32 rounding); 0 when every target is ignored.
+// When logits require grad, records a node whose backward writes this rank's dlogits
+// (0 in the padding and on ignored rows); targets get no gradient.
+//
+// InputError (before any communication) for: logits not floating point or Vl == 0, targets
+// not integer or not one per row of logits, vocab_start != tp->rank() * Vl, vocab_size
+// outside [1, tp->size() * Vl], a target outside [-1, vocab_size). Every rank sees the same
+// targets and sizes, so they all throw; a rank alone with a bad vocab_start leaves its peers
+// waiting in the collective until the group's timeout.
+Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_size,
+                                    const std::shared_ptr<TpGroup>& tp);
+
+}  // namespace paratrain::parallel
