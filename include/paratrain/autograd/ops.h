@@ -48,6 +48,9 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 // x (..., in) -> (..., out). weight is (in, out) when in_out_layout (Hugging Face Conv1D, GPT)
 // and (out, in) otherwise (torch.nn.Linear). bias (out) may be undefined.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, bool in_out_layout);
+// x (..., N) + bias (N) on every row: the bias step of linear on its own (a row-parallel
+// layer adds its bias after the reduction). Same arithmetic as linear's bias epilogue.
+Tensor add_bias(const Tensor& x, const Tensor& bias);
 
 // ---- normalisation, activations over rows ----
 // x (..., C), weight (C), bias (C): LayerNorm over the last dim, biased variance.

@@ -94,6 +94,29 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool in_out_lay
                      in_out_layout);
 }
 
+Tensor add_bias(const Tensor& x_raw, const Tensor& b_raw) {
+  autograd::profiler::OpScope op_scope("add_bias", false);
+  const Tensor x_in = autocast_input("linear", x_raw), b_in = autocast_input("linear", b_raw);
+  Tensor x = float_contiguous(x_in, "add_bias", "input"), b = float_contiguous(b_in, "add_bias", "bias");
+  expect_same_dtype("add_bias", {{"input", &x_in}, {"bias", &b_in}});
+  const int64_t N = x.dim() ? x.size(-1) : 0, M = x.numel() / std::max<int64_t>(N, 1);
+  if (b.numel() != N) PT_THROW(InputError, "add_bias: bias ", shape_str(b.shape()), " for input ", shape_str(x.shape()));
+  Tensor out = x.clone();
+  kernel(&Registry::bias_add, out)(out.data_ptr(), b.data_ptr(), M, N);
+  if (autograd::any_requires_grad({&x_in, &b_in})) {
+    record_with_node("add_bias", {&x_in, &b_in}, {&out}, [M, N](autograd::Node& node, std::vector<Tensor>& g) {
+      Tensor dout = g[0].contiguous();
+      Tensor db;
+      if (node.needs_input_grad(1)) {
+        db = Tensor::zeros({N}, dout.dtype());
+        kernel(&Registry::bias_backward, dout)(db.data_ptr(), dout.data_ptr(), M, N);
+      }
+      return std::vector<Tensor>{dout, db};
+    });
+  }
+  return out;
+}
+
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_b) {
   autograd::profiler::OpScope op_scope("matmul", false);
   return linear_impl(autocast_input("matmul", a), autocast_input("matmul", b), Tensor(), !trans_b);
