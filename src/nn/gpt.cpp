@@ -47,14 +47,14 @@ void init_gpt_linear(Linear& l, Generator& gen, float std) {
 }
 }  // namespace
 
-CausalSelfAttention::CausalSelfAttention(const GPTConfig& cfg, Generator& gen) : n_head_(cfg.n_head) {
+CausalSelfAttention::CausalSelfAttention(const GPTConfig& cfg, Generator& gen) : n_head(cfg.n_head) {
   const int64_t C = cfg.n_embd;
   c_attn = register_module("c_attn", std::make_shared<Linear>(C, 3 * C, true, WeightLayout::InOut, gen));
   c_proj = register_module("c_proj", std::make_shared<Linear>(C, C, true, WeightLayout::InOut, gen));
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) const {
-  return c_proj->forward(ops::causal_self_attention(c_attn->forward(x), n_head_));
+  return c_proj->forward(ops::causal_self_attention(c_attn->forward(x), n_head));
 }
 
 GPTMLP::GPTMLP(const GPTConfig& cfg, Generator& gen) {
@@ -117,15 +117,13 @@ Tensor GPT::hidden(const Tensor& tokens) const {
   if (tokens.dim() != 2) PT_THROW(InputError, "GPT input must be (B,T) token ids, got ", shape_str(tokens.shape()));
   if (tokens.size(1) > cfg_.block_size)
     PT_THROW(InputError, "sequence length ", tokens.size(1), " exceeds the block size ", cfg_.block_size);
-  Tensor x = ops::gpt_embedding(tokens, wte->weight, wpe->weight);
+  Tensor x = wte->forward_with_positions(tokens, *wpe);
   for (const auto& block : h) x = block->forward(x);
   return ln_f->forward(x);
 }
 
-Tensor GPT::forward(const Tensor& tokens) const { return ops::matmul(hidden(tokens), wte->weight, /*trans_b=*/true); }
+Tensor GPT::forward(const Tensor& tokens) const { return wte->tied_logits(hidden(tokens)); }
 
-Tensor GPT::loss(const Tensor& tokens, const Tensor& targets) const {
-  return ops::cross_entropy(forward(tokens), targets);
-}
+Tensor GPT::loss(const Tensor& tokens, const Tensor& targets) const { return wte->tied_loss(hidden(tokens), targets); }
 
 }  // namespace paratrain::nn

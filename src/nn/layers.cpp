@@ -30,6 +30,16 @@ Embedding::Embedding(int64_t num, int64_t dim, Generator& gen, float std) {
 
 Tensor Embedding::forward(const Tensor& tokens) const { return ops::embedding(tokens, weight); }
 
+Tensor Embedding::forward_with_positions(const Tensor& tokens, const Embedding& positions) const {
+  return ops::gpt_embedding(tokens, weight, positions.weight);
+}
+
+Tensor Embedding::tied_logits(const Tensor& hidden) const { return ops::matmul(hidden, weight, /*trans_b=*/true); }
+
+Tensor Embedding::tied_loss(const Tensor& hidden, const Tensor& targets) const {
+  return ops::cross_entropy(tied_logits(hidden), targets);
+}
+
 LayerNorm::LayerNorm(int64_t dim, float e) : eps(e) {
   weight = register_parameter("weight", Tensor::full({dim}, 1.0));
   bias = register_parameter("bias", Tensor::zeros({dim}));

@@ -85,4 +85,13 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state_in, bool
   }
 }
 
+void Module::replace_module(const std::string& name, std::shared_ptr<Module> m) {
+  for (auto& [n, child] : children_)
+    if (n == name) {
+      child = std::move(m);
+      return;
+    }
+  PT_THROW(InputError, "replace_module: no child module named '", name, "'");
+}
+
 }  // namespace paratrain::nn

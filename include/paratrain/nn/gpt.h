@@ -39,9 +39,9 @@ class CausalSelfAttention : public Module {
   CausalSelfAttention(const GPTConfig& cfg, Generator& gen);
   Tensor forward(const Tensor& x) const;  // (B,T,C) -> (B,T,C)
   std::shared_ptr<Linear> c_attn, c_proj;
-
- private:
-  int64_t n_head_;
+  // Heads this module computes: n_head, or n_head / tp after a tensor-parallel plan gave
+  // c_attn whole heads of q, k and v only.
+  int64_t n_head;
 };
 
 class GPTMLP : public Module {

@@ -3,6 +3,9 @@
 // Each layer registers its parameters under the names PyTorch / Hugging Face use
 // ("weight", "bias"), so state dicts map one to one. Linear supports both weight layouts:
 // torch.nn.Linear's (out, in) and Hugging Face Conv1D's (in, out), the latter for GPT.
+// forward() is virtual so that a tensor-parallel plan can put a parallel layer (which holds a
+// slice of the same parameters under the same names) where a layer was
+// (parallel/tensor_parallel/layers.h).
 #pragma once
 
 #include <memory>
@@ -18,22 +21,36 @@ class Linear : public Module {
  public:
   // Initialised as torch.nn.Linear: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
   Linear(int64_t in, int64_t out, bool bias, WeightLayout layout, Generator& gen);
-  Tensor forward(const Tensor& x) const;
+  virtual Tensor forward(const Tensor& x) const;
   Tensor weight, bias;
-  WeightLayout layout;
+  WeightLayout layout = WeightLayout::InOut;
+
+ protected:
+  Linear() = default;  // for a subclass that registers its own (sliced) parameters
 };
 
 class Embedding : public Module {
  public:
   Embedding(int64_t num, int64_t dim, Generator& gen, float std = 1.0f);
-  Tensor forward(const Tensor& tokens) const;
+  virtual Tensor forward(const Tensor& tokens) const;
   Tensor weight;
+
+  // The GPT's uses of its token table (a vocab-parallel embedding overrides all three):
+  // tokens (B,T) -> weight[tokens] + positions.weight[0..T) (B,T,C);
+  virtual Tensor forward_with_positions(const Tensor& tokens, const Embedding& positions) const;
+  // the tied LM head: hidden (B,T,C) -> logits hidden @ weight^T (B,T,V);
+  virtual Tensor tied_logits(const Tensor& hidden) const;
+  // and its loss: the mean cross-entropy of tied_logits(hidden) against targets (B,T) i32.
+  virtual Tensor tied_loss(const Tensor& hidden, const Tensor& targets) const;
+
+ protected:
+  Embedding() = default;  // for a subclass that registers its own (sliced) weight
 };
 
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, float eps = 1e-5f);
-  Tensor forward(const Tensor& x) const;
+  virtual Tensor forward(const Tensor& x) const;
   Tensor weight, bias;
   float eps;
 };
@@ -41,7 +58,9 @@ class LayerNorm : public Module {
 class Dropout : public Module {
  public:
   Dropout(float p, Generator& gen) : p_(p), gen_(&gen) {}
-  Tensor forward(const Tensor& x) const;
+  virtual Tensor forward(const Tensor& x) const;
+  float p() const { return p_; }
+  Generator& generator() const { return *gen_; }
 
  private:
   float p_;

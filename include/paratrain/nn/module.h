@@ -45,6 +45,12 @@ class Module {
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true,
                        const std::string& strip_prefix = "");
 
+  // Puts `m` where the direct child `name` was (same place in the name tree, so its
+  // parameters keep their dotted names): how a tensor-parallel plan swaps a layer for its
+  // parallel version. The caller also updates any typed pointer the parent keeps to the
+  // child. InputError when there is no such child.
+  void replace_module(const std::string& name, std::shared_ptr<Module> m);
+
  protected:
   Tensor& register_parameter(const std::string& name, Tensor t);
   template <typename M>
