@@ -58,7 +58,11 @@ int run_train(int argc, char** argv) {
   app.add_option("--save-dtype", c.save_dtype, "f32 | bf16: dtype of the --save-final model file");
   app.add_option("--backend", c.backend, "communication backend with several ranks: auto | shm | tcp | mpi")
       ->check(CLI::IsMember({"auto", "shm", "tcp", "mpi"}));
-  app.add_option("--dp", c.dp, "data-parallel ranks (0 = the world size; must equal it)");
+  app.add_option("--dp", c.dp, "data-parallel ranks (0 = derived: world size / (tp x pp)); dp x tp x pp = world size");
+  app.add_option("--tp", c.tp, "tensor-parallel ranks (Megatron-style, GPT models; 0 = derived, else 1; docs/tensor_parallel.md)");
+  app.add_option("--pp", c.pp, "pipeline stages (1 today; pipeline parallelism is not built yet)");
+  app.add_flag("--sequence-parallel", c.sequence_parallel,
+               "with --tp: LayerNorm and dropout on 1/tp of the sequence (all-gather/reduce-scatter instead of all-reduce)");
   app.add_option("--bucket-mb", c.bucket_mb, "DDP gradient bucket size in MiB");
   app.add_option("--zero", c.zero,
                  "ZeRO stage: 0 = off, 1 = shard the optimizer state over the data-parallel ranks, 2 = also the "

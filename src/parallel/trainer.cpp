@@ -34,6 +34,9 @@
 #include "paratrain/parallel/zero.h"
 #include "paratrain/parallel/grad_compression.h"
 #include "paratrain/parallel/load_balancer.h"
+#include "paratrain/parallel/mesh.h"
+#include "paratrain/parallel/tensor_parallel/gpt_plan.h"
+#include "paratrain/parallel/tensor_parallel/grad_norm.h"
 
 namespace paratrain::parallel {
 
@@ -69,7 +72,7 @@ class Task {
 class GptTask final : public Task {
  public:
   Generator* generator() override { return &model_->generator(); }
-  GptTask(const TrainConfig& c, int64_t micro_batch, int dp) {
+  GptTask(const TrainConfig& c, int64_t micro_batch, int dp, int tp) {
     nn::GPTConfig g = nn::GPTConfig::preset(c.model);
     if (c.n_layer) g.n_layer = c.n_layer;
     if (c.n_head) g.n_head = c.n_head;
@@ -78,6 +81,7 @@ class GptTask final : public Task {
     if (c.vocab_size) g.vocab_size = c.vocab_size;
     g.dropout = c.dropout;
     g.validate();
+    check_tensor_parallel_layout(g, tp, c.sequence_parallel);
     if (c.data.empty()) PT_THROW(InputError, "--model ", c.model, " needs --data FILE.bin (token file)");
     data::BatchLayout layout{micro_batch, c.grad_accum, dp};
     train_ = std::make_unique<data::TokenLoader>(c.data, g.block_size, layout, c.seed);
@@ -94,6 +98,7 @@ class GptTask final : public Task {
     micro_batch_ = micro_batch;
   }
   nn::Module& module() override { return *model_; }
+  nn::GPT& gpt() { return *model_; }
   int64_t steps_per_epoch() const override { return train_->steps_per_epoch(); }
   void fill(const data::BatchRequest& r, Tensor& x, Tensor& y) override {
     train_->fill_range(r.step, r.micro_step, r.first, r.count, x, y);
@@ -261,7 +266,8 @@ void validate(const TrainConfig& c) {
   if (c.threads < 0) PT_THROW(InputError, "--threads must be positive (0 = automatic)");
   if (c.backend != "auto" && c.backend != "shm" && c.backend != "tcp" && c.backend != "mpi")
     PT_THROW(InputError, "unknown --backend '", c.backend, "' (expected auto, shm, tcp or mpi)");
-  if (c.dp < 0) PT_THROW(InputError, "--dp must be positive (0 = the world size)");
+  if (c.dp < 0 || c.tp < 0 || c.pp < 0)
+    PT_THROW(InputError, "--dp ", c.dp, " --tp ", c.tp, " --pp ", c.pp, ": sizes must be positive (0 = derived)");
   if (!(c.bucket_mb > 0)) PT_THROW(InputError, "--bucket-mb must be positive, got ", c.bucket_mb);
   if (c.zero < 0 || c.zero > 2)
     PT_THROW(InputError, "--zero must be 0, 1 or 2 (0 = off, 1 = shard the optimizer state, 2 = also the gradients), got ",
@@ -288,8 +294,15 @@ void validate(const TrainConfig& c) {
 
 // What a checkpoint records about the run: the data layout, and every setting that changes
 // the arithmetic (a resume under different values would not continue the same run).
-nlohmann::json run_config(const TrainConfig& c, int64_t micro_batch, int world, int64_t steps, double lr) {
-  return {{"layout", {{"micro_batch", micro_batch}, {"grad_accum", c.grad_accum}, {"dp", world}, {"seed", c.seed}, {"zero", c.zero}}},
+nlohmann::json run_config(const TrainConfig& c, int64_t micro_batch, const MeshShape& mesh, int64_t steps, double lr) {
+  return {{"layout",
+           {{"micro_batch", micro_batch},
+            {"grad_accum", c.grad_accum},
+            {"dp", mesh.dp},
+            {"tp", mesh.tp},
+            {"pp", mesh.pp},
+            {"seed", c.seed},
+            {"zero", c.zero}}},
           {"math",
            {{"model", c.model},         {"n_layer", c.n_layer},           {"n_head", c.n_head},
             {"n_embd", c.n_embd},       {"block_size", c.block_size},     {"vocab_size", c.vocab_size},
@@ -420,10 +433,19 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   const comm::JobEnv job = comm::read_job_env();
   const int world = job.world_size;
   const int rank = job.rank;
-  if (cfg.dp > 0 && cfg.dp != world)
-    PT_THROW(InputError, "--dp ", cfg.dp, " does not match the ", world,
-             " ranks of this job (data parallel only: dp = world size; start the ranks with paratrain launch, "
-             "mpirun or srun)");
+  // ---- the device mesh: dp x tp x pp = world, checked before anything else ----
+  const MeshShape shape = resolve_mesh_shape(cfg.dp, cfg.tp, cfg.pp, world);
+  if (shape.pp > 1)
+    PT_THROW(InputError, "--pp ", shape.pp, ": pipeline parallelism is not built yet; lay the ", world,
+             " ranks out with --dp and --tp");
+  if (shape.tp > 1 && !is_gpt(cfg.model))
+    PT_THROW(InputError, "--tp ", shape.tp, ": tensor parallelism is built for the GPT models, not --model ", cfg.model);
+  if (cfg.sequence_parallel && shape.tp == 1) PT_THROW(InputError, "--sequence-parallel needs --tp 2 or more");
+  if (shape.tp > 1 && cfg.balance == "auto")
+    PT_THROW(InputError, "--balance auto cannot be combined with --tp ", shape.tp,
+             " (the ranks of a tensor-parallel group share every micro-batch)");
+  const int dp = shape.dp;
+  const int dp_rank = mesh_coord(rank, shape).dp;
   kernels::cpu::set_num_threads(cfg.threads > 0 ? cfg.threads : default_threads(job));
   const bool gpt = is_gpt(cfg.model);
   const int64_t micro_batch = cfg.micro_batch > 0 ? cfg.micro_batch : (gpt ? 8 : 64);
@@ -434,9 +456,9 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   // ---- everything that can be wrong with the input is checked before any file is written ----
   std::unique_ptr<Task> task;
   if (gpt)
-    task = std::make_unique<GptTask>(cfg, micro_batch, world);
+    task = std::make_unique<GptTask>(cfg, micro_batch, dp, shape.tp);
   else
-    task = std::make_unique<ImageTask>(cfg, micro_batch, world);
+    task = std::make_unique<ImageTask>(cfg, micro_batch, dp);
   nn::Module& model = task->module();
   const int64_t steps = cfg.steps > 0 ? cfg.steps
                                       : std::max<int64_t>(1, static_cast<int64_t>(std::llround(
@@ -451,7 +473,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   sched.total = steps;
 
   // ---- resume: the whole checkpoint is verified and read before anything is applied ----
-  const nlohmann::json this_run = run_config(cfg, micro_batch, world, steps, lr);
+  const nlohmann::json this_run = run_config(cfg, micro_batch, shape, steps, lr);
   std::optional<checkpoint::TrainingState> resumed;
   // A group restarted by `paratrain launch --max-restarts` (TORCHELASTIC_RESTART_COUNT > 0)
   // resumes from its checkpoints without being told (issue: launcher restarts).
@@ -484,8 +506,9 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     model.load_state_dict(checkpoint::load_safetensors(cfg.init_from), true, "transformer.");
   const int64_t start_step = resumed ? resumed->step : 0;
 
-  // ---- data parallel: one group over all ranks, DDP over the model ----
-  std::shared_ptr<comm::ProcessGroup> pg;
+  // ---- the mesh's groups; tensor parallelism cuts the (whole, initialised or loaded) model,
+  // then DDP runs over the data-parallel group ----
+  std::shared_ptr<comm::ProcessGroup> pg;  // the world
   if (world > 1) {
     comm::ProcessGroupOptions po;
     po.backend = cfg.backend;
@@ -493,15 +516,18 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     pg = comm::create_process_group_from_env(po);
     if (looked_for_checkpoint) check_ranks_start_at_the_same_step(*pg, start_step, cfg.checkpoint_dir);
   }
+  const DeviceMesh mesh(pg, shape);
+  const TensorParallelPlan plan =
+      gpt ? parallelize_gpt(static_cast<GptTask&>(*task).gpt(), mesh.tp(), {cfg.sequence_parallel}) : TensorParallelPlan();
   std::unique_ptr<DistributedDataParallel> ddp;
-  if (pg || cfg.deterministic || cfg.zero > 0) {
+  if (mesh.dp() || cfg.deterministic || cfg.zero > 0) {
     DdpOptions o;
     o.deterministic = cfg.deterministic;
     o.zero_stage = cfg.zero;  // ZeRO: gradients reduce-scattered into per-rank shards
     o.bucket_bytes = static_cast<size_t>(cfg.bucket_mb * (1 << 20));
     o.first_bucket_bytes = std::min<size_t>(o.bucket_bytes, size_t(1) << 20);
     o.compress = compress_options(cfg.compress, cfg.powersgd_rank, cfg.powersgd_start_iter, cfg.seed);
-    ddp = std::make_unique<DistributedDataParallel>(model, pg, o);  // broadcasts rank 0's weights
+    ddp = std::make_unique<DistributedDataParallel>(model, mesh.dp(), o);  // broadcasts dp rank 0's weights
   }
 
   auto params = model.named_parameters();
@@ -533,10 +559,13 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   // and the gradient buffers held between steps.
   std::vector<int64_t> mem_optimizer_per_rank, mem_grad_per_rank;
   if (resumed) {
+    // The checkpoint holds the whole state (any layout saved it); this rank's tensor-parallel
+    // part of it, then (ZeRO) its pieces of that.
+    const auto optimizer_state = plan.size() > 1 ? plan.cut_local(resumed->optimizer) : resumed->optimizer;
     if (zero)
-      zero->load_state(resumed->optimizer, resumed->optimizer_steps);  // this rank's pieces, re-cut
+      zero->load_state(optimizer_state, resumed->optimizer_steps);  // this rank's pieces, re-cut
     else
-      opt->load_state_dict(resumed->optimizer, resumed->optimizer_steps);
+      opt->load_state_dict(optimizer_state, resumed->optimizer_steps);
     if (Generator* gen = task->generator(); gen && resumed->rng) gen->set_state(*resumed->rng);
     if (mp.scaler().enabled()) mp.scaler().load_state(resumed->loss_scale, resumed->loss_scale_growth_tracker);
     resumed->model.clear();
@@ -550,7 +579,70 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
               << checkpoint::checkpoint_name(done) << " (before the manifest)" << std::endl;
     std::raise(SIGKILL);
   };
+  // The state every checkpoint records besides the tensors.
+  auto run_state = [&](int64_t done) {
+    checkpoint::TrainingState st;
+    st.step = done;
+    st.model_metadata = task->metadata();
+    st.zero_stage = cfg.zero;
+    st.optimizer_steps = opt->steps_taken();
+    st.loss_scale = mp.scaler().scale();
+    st.loss_scale_growth_tracker = mp.scaler().growth_tracker();
+    if (Generator* gen = task->generator()) st.rng = gen->state();
+    st.world_size = world;
+    st.config = this_run;
+    return st;
+  };
+  // Tensor-parallel save: rank 0 prepares the directory; the dp-rank-0 rank of each tp index
+  // writes its part of the model (with its optimizer state unless ZeRO shards it); with ZeRO
+  // every rank writes its pieces; rank 0 gathers their sizes and CRCs and writes the
+  // manifest last (training_state.h). A later load gets the whole state, for any layout.
+  auto save_tensor_parallel_checkpoint = [&](int64_t done) {
+    int32_t go = rank == 0 ? static_cast<int32_t>(checkpoint::prepare_checkpoint(cfg.checkpoint_dir, done)) : 0;
+    pg->broadcast(&go, 1, DType::I32, 0)->wait();
+    if (!go) return;
+    const MeshCoord me = mesh.coord();
+    const auto crc_bits = [](const checkpoint::ShardFileInfo& f) {
+      return static_cast<int64_t>(std::stoul(f.crc32, nullptr, 16));
+    };
+    int64_t info[4] = {0, 0, 0, 0};  // part bytes, part CRC, shard bytes, shard CRC
+    if (me.dp == 0) {
+      const auto part = checkpoint::write_model_part(cfg.checkpoint_dir, done, me.tp, shape.tp, model.state_dict(),
+                                                     zero ? std::map<std::string, Tensor>{} : opt->state_dict(),
+                                                     plan.cuts(), opt->steps_taken());
+      info[0] = static_cast<int64_t>(part.bytes), info[1] = crc_bits(part);
+    }
+    if (zero) {
+      const auto mine = checkpoint::write_optimizer_shard(cfg.checkpoint_dir, done, rank, world, zero->shard_state(),
+                                                          opt->steps_taken(), me.tp, shape.tp);
+      info[2] = static_cast<int64_t>(mine.bytes), info[3] = crc_bits(mine);
+    }
+    if (rank != 0) die_if_told(done);  // its files written; rank 0 never gets their CRCs: no manifest
+    std::vector<int64_t> all(4 * static_cast<size_t>(world));
+    pg->allgather(info, all.data(), 4, DType::I64)->wait();
+    if (rank != 0) return;
+    const auto crc_text = [](int64_t bits) {
+      char crc[9];
+      std::snprintf(crc, sizeof crc, "%08lx", static_cast<unsigned long>(bits));
+      return std::string(crc);
+    };
+    checkpoint::TrainingState st = run_state(done);
+    st.tp_size = shape.tp;
+    st.cuts = plan.cuts();
+    st.model_parts.resize(static_cast<size_t>(shape.tp));
+    for (int r = 0; r < world; ++r) {
+      const MeshCoord c = mesh_coord(r, shape);
+      if (c.dp == 0)
+        st.model_parts[c.tp] = {checkpoint::model_part_file_name(c.tp, shape.tp), static_cast<uint64_t>(all[4 * r]),
+                                crc_text(all[4 * r + 1])};
+      if (zero)
+        st.optimizer_shards.push_back({checkpoint::optimizer_shard_file_name(r, world),
+                                       static_cast<uint64_t>(all[4 * r + 2]), crc_text(all[4 * r + 3])});
+    }
+    checkpoint::save_training_state(cfg.checkpoint_dir, st, 2, [&] { die_if_told(done); });
+  };
   auto save_checkpoint = [&](int64_t done) {
+    if (plan.size() > 1) return save_tensor_parallel_checkpoint(done);
     std::vector<checkpoint::ShardFileInfo> shards;
     if (zero) {
       // Sharded: rank 0 prepares the directory, every rank writes its shard, rank 0 gathers
@@ -578,30 +670,23 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       if (!zero) die_if_told(done);  // it writes no file of the checkpoint
       return;
     }
-    checkpoint::TrainingState st;
-    st.step = done;
+    checkpoint::TrainingState st = run_state(done);
     st.model = model.state_dict();
-    st.model_metadata = task->metadata();
     if (!zero) st.optimizer = opt->state_dict();
     st.optimizer_shards = shards;
-    st.zero_stage = cfg.zero;
-    st.optimizer_steps = opt->steps_taken();
-    st.loss_scale = mp.scaler().scale();
-    st.loss_scale_growth_tracker = mp.scaler().growth_tracker();
-    if (Generator* gen = task->generator()) st.rng = gen->state();
-    st.world_size = world;
-    st.config = this_run;
     checkpoint::save_training_state(cfg.checkpoint_dir, st, 2, [&] { die_if_told(done); });
   };
   monitor::MetricsWriter metrics(rank == 0 ? cfg.metrics : std::string());
 
   // Items (tokens or images) of one optimizer step over all ranks.
-  const int64_t items_per_step = task->items_per_micro_batch() * cfg.grad_accum * world;
-  log << "paratrain train: " << cfg.model << ", " << model.num_parameters() << " parameters, " << steps
-      << " steps, global batch " << micro_batch << " x " << cfg.grad_accum << " x " << world << " = "
-      << micro_batch * cfg.grad_accum * world << (gpt ? " sequences" : " images") << ", "
-      << kernels::cpu::num_threads() << " threads" << (world > 1 ? " per rank" : "");
-  if (pg) log << ", " << world << " ranks (" << pg->backend_name() << (cfg.deterministic ? ", deterministic" : "") << ")";
+  const int64_t items_per_step = task->items_per_micro_batch() * cfg.grad_accum * dp;
+  log << "paratrain train: " << cfg.model << ", " << model.num_parameters() << " parameters"
+      << (plan.size() > 1 ? " on this rank" : "") << ", " << steps << " steps, global batch " << micro_batch << " x "
+      << cfg.grad_accum << " x " << dp << " = " << micro_batch * cfg.grad_accum * dp << (gpt ? " sequences" : " images")
+      << ", " << kernels::cpu::num_threads() << " threads" << (world > 1 ? " per rank" : "");
+  if (pg)
+    log << ", " << world << " ranks (" << pg->backend_name() << (cfg.deterministic ? ", deterministic" : "") << ")"
+        << ", layout " << shape.str() << (cfg.sequence_parallel ? ", sequence parallel" : "");
   log << "\n";
   if (zero) {
     const ZeroMemory zm = zero->memory();
@@ -638,7 +723,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
 
   // Micro-batch sizes per rank (even unless --balance auto moves items to faster ranks), and
   // the background loader that prepares the next step's batches during this one.
-  LoadBalancer balancer(world, micro_batch, cfg.balance == "auto");
+  LoadBalancer balancer(dp, micro_batch, cfg.balance == "auto");
   if (cfg.balance == "auto" && world == 1) log << "--balance auto: one rank, nothing to balance\n";
   const double slowdown = simulated_slowdown(rank);
   double last_micro_s = 0;  // compute time of the last micro-step (for the simulated slowdown)
@@ -647,7 +732,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   data::BatchPrefetcher prefetcher(
       [&task](const data::BatchRequest& r, Tensor& x, Tensor& y) { task->fill(r, x, y); });
   auto request = [&](int64_t s, int64_t k) {
-    return data::BatchRequest{s, k, balancer.first(rank, s), balancer.count(rank, s)};
+    return data::BatchRequest{s, k, balancer.first(dp_rank, s), balancer.count(dp_rank, s)};
   };
   auto announce = [&](int64_t s) {
     if (s < steps)
@@ -662,7 +747,9 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     nlohmann::json e = {{"step", step}, {"eval", true}};
     {
       autograd::AutocastGuard autocast(compute_dtype, mp.half_copies());
-      task->evaluate(cfg.eval_batches, pg.get(), e);  // collective (GPT): every rank takes part
+      // Collective (GPT): every rank takes part; the dp ranks share the batches, tp ranks compute
+      // one replica together.
+      task->evaluate(cfg.eval_batches, gpt ? mesh.dp().get() : pg.get(), e);
     }
     if (rank != 0) return;
     if (e.contains("val_loss")) result.val_loss = e["val_loss"];
@@ -679,6 +766,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     const auto t0 = Clock::now();
     const long faults_before = monitor::minor_page_faults();
     const double step_lr = sched.at(step);
+    if (plan.size() > 1) plan.group()->take_stats();  // this step's tensor-parallel traffic from here
     opt->set_lr(step_lr);
     if (ddp)
       ddp->zero_grad();
@@ -686,7 +774,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       model.zero_grad();
     double loss_sum = 0;
     int64_t activation_bytes = 0;  // the most a forward left allocated for its backward (rank 0's)
-    const double weight = balancer.weight(rank, step);  // 1 unless --balance gave this rank more or less
+    const double weight = balancer.weight(dp_rank, step);  // 1 unless --balance gave this rank more or less
     const double loss_scale = mp.scaler().scale();  // the scale this step's gradients carry
     accum_seed.data<float>()[0] = static_cast<float>(base_seed * weight * loss_scale);
     for (int64_t k = 0; k < cfg.grad_accum; ++k) {
@@ -726,6 +814,17 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     if (skipped) {
       progress.finish();
       log << "step " << step + 1 << ": gradients hold inf/NaN at loss scale " << loss_scale << ": step skipped\n";
+    } else if (plan.size() > 1) {
+      // Over the mesh: tensor-parallel shards summed, replicated parameters once.
+      norm = mesh_grad_norm(zero ? opt_params : params, [&plan](const std::string& n) { return plan.sharded(n); },
+                            mesh, zero != nullptr);
+      if (zero) {
+        zero->clip_grad_norm(cfg.grad_clip, norm);
+        zero->step();
+      } else {
+        optim::clip_grad_norm(params, cfg.grad_clip, norm);
+        opt->step();
+      }
     } else if (zero) {
       norm = zero->grad_norm();  // global: every rank's shard of the averaged gradient
       zero->clip_grad_norm(cfg.grad_clip, norm);
@@ -735,6 +834,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       optim::clip_grad_norm(params, cfg.grad_clip, norm);
       opt->step();
     }
+    const TpCommStats tp_stats = plan.size() > 1 ? plan.group()->take_stats() : TpCommStats{};
     if (!skipped) mp.parameters_changed();  // the half copies are refreshed at the next forward
     mp.scaler().update();
     if (step == start_step) {  // memory per rank, as it stays between steps
@@ -826,7 +926,15 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       if (zero) m["zero"] = cfg.zero;
       if (mp.half()) m["precision"] = amp::precision_name(compute_dtype), m["mem_half_copy_bytes"] = mp.half_copy_bytes();
       m["mem_activation_bytes"] = activation_bytes;
-      if (pg) m["comm_bytes"] = ddp->last_stats().bytes, m["comm_bytes_uncompressed"] = ddp->last_stats().bytes_uncompressed;
+      if (ddp && mesh.dp())
+        m["comm_bytes"] = ddp->last_stats().bytes, m["comm_bytes_uncompressed"] = ddp->last_stats().bytes_uncompressed;
+      m["layout"] = {{"dp", shape.dp}, {"tp", shape.tp}, {"pp", shape.pp}};
+      if (plan.size() > 1) {
+        m["tp_comm_ms"] = tp_stats.ms;
+        m["tp_comm_bytes"] = tp_stats.bytes;
+        m["tp_comm_calls"] = tp_stats.calls;
+        if (cfg.sequence_parallel) m["sequence_parallel"] = true;
+      }
       if (balancer.enabled()) m["micro_batch_per_rank"] = micro_batch_per_rank;
       m[task->counts_tokens() ? "tokens_per_s" : "samples_per_s"] = static_cast<double>(items_per_step) / step_s;
       metrics.write(m);
@@ -839,6 +947,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
            << std::setprecision(0) << rate << (task->counts_tokens() ? " tok/s" : " samples/s") << " | ETA "
            << monitor::format_duration(eta);
       if (mp.scaler().enabled()) line << " | scale " << std::setprecision(0) << loss_scale << (skipped ? " (skipped)" : "");
+      if (plan.size() > 1) line << " | " << shape.str() << ", tp comm " << std::setprecision(1) << tp_stats.ms << " ms";
       progress.update(step, line.str());
     }
     if (!cfg.checkpoint_dir.empty() &&
@@ -857,8 +966,12 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       << ", peak memory " << std::setprecision(1) << static_cast<double>(result.peak_bytes) / (1 << 20) << " MiB"
       << (world > 1 ? " (rank 0)" : "") << "\n";
   if (autograd::profiler::enabled()) log << autograd::profiler::report();
+  // The whole model with its Hugging Face names, whatever the layout (gathered over tp: every
+  // rank takes part).
+  std::map<std::string, Tensor> whole_weights;
+  if (!cfg.save_final.empty() && plan.size() > 1) whole_weights = plan.gather_whole(model.state_dict());
   if (!cfg.save_final.empty() && rank == 0) {
-    std::map<std::string, Tensor> weights = model.state_dict();
+    std::map<std::string, Tensor> weights = plan.size() > 1 ? whole_weights : model.state_dict();
     if (cfg.save_dtype == "bf16")
       for (auto& [name, t] : weights) t = t.to(DType::BF16);
     checkpoint::save_safetensors(cfg.save_final, weights, task->metadata());

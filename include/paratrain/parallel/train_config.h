@@ -41,7 +41,11 @@ struct TrainConfig {
   std::string save_dtype = "f32";  // f32 | bf16: dtype of --save-final's model file
   // ---- data parallel (WORLD_SIZE > 1, mpirun or Slurm: one process per rank) ----
   std::string backend = "auto";  // auto | shm | tcp | mpi
-  int64_t dp = 0;                // data-parallel ranks; 0 = the world size (must equal it)
+  // Device mesh (parallel/mesh.h): dp x tp x pp = world size; 0 = derived (the one left out).
+  int64_t dp = 0;                // data-parallel ranks
+  int64_t tp = 0;                // tensor-parallel ranks (GPT models; docs/tensor_parallel.md)
+  int64_t pp = 0;                // pipeline stages (only 1 today)
+  bool sequence_parallel = false;  // with tp > 1: LayerNorm/dropout on 1/tp of the sequence
   double bucket_mb = 25;         // DDP gradient bucket size, MiB
   int zero = 0;                  // ZeRO stage: 0 off, 1 shard optimizer state, 2 also gradients
   std::string compress = "none";     // none | fp16 | bf16 | powersgd: DDP gradient compression
