@@ -35,6 +35,7 @@ namespace {
 using paratrain::test::load_weights;
 using paratrain::test::max_rel_diff;
 using paratrain::test::Result;
+using paratrain::test::spawn;
 using paratrain::test::TrainMultiRank;
 using paratrain::test::Weights;
 
@@ -213,6 +214,43 @@ TEST_F(TensorParallelTrain, BadLayoutsExitTwoWithOneLineAndWriteNothing) {
   Result mlp = launch(2, "train --model mlp --dataset fashion-mnist --steps 1 --tp 2 --quiet");
   EXPECT_EQ(mlp.codes[0], 2) << mlp.output;
   EXPECT_NE(mlp.output.find("tensor parallelism is built for the GPT models"), std::string::npos) << mlp.output;
+}
+
+TEST_F(TensorParallelTrain, EvaluationMixedPrecisionAndInitFrom) {
+  // Evaluation: tp ranks compute one replica's validation loss together.
+  const std::string val = " --val-data t.bin --eval-batches 4";
+  train(0, nano("--save-final one.st --metrics one.jsonl" + val));
+  train(2, nano("--tp 2 --metrics tp2.jsonl" + val));
+  auto val_loss = [&](const std::string& m) {
+    std::ifstream f(path(m));
+    double v = -1;
+    for (std::string line; std::getline(f, line);)
+      if (auto j = nlohmann::json::parse(line); j.contains("eval")) v = j["val_loss"].get<double>();
+    return v;
+  };
+  ASSERT_GT(val_loss("one.jsonl"), 0);
+  EXPECT_NEAR(val_loss("tp2.jsonl"), val_loss("one.jsonl"), 1e-5 * val_loss("one.jsonl"));
+  // bf16 autocast: the same run to bf16 rounding.
+  train(0, nano("--precision bf16 --metrics b1.jsonl"));
+  train(2, nano("--precision bf16 --tp 2 --metrics b2.jsonl"));
+  expect_losses_near("b2.jsonl", "b1.jsonl", 1e-4);
+  // fp16: an inf on one rank of dp 2 x tp 2 makes every rank skip that step.
+  {
+    Result inj = spawn({{"env", "PARATRAIN_TEST_INJECT_INF=3:2", paratrain::test::kBin, "launch", "--nproc-per-node", "4",
+                         "--", paratrain::test::kBin, "train", "--model", "gpt-nano", "--data", "t.bin", "--steps", "5",
+                         "--micro-batch", "4", "--threads", "1", "--quiet", "--precision", "fp16", "--tp", "2",
+                         "--metrics", "inf.jsonl"}},
+                       {{}}, dir_, 120);
+    ASSERT_TRUE(inj.ok()) << inj.output;
+    const auto m = steps_of("inf.jsonl");
+    ASSERT_EQ(m.size(), 5u);
+    for (size_t i = 0; i < m.size(); ++i) EXPECT_EQ(m[i]["skipped"].get<bool>(), i == 2) << m[i].dump();
+    EXPECT_EQ(m[3]["loss_scale"].get<double>(), m[2]["loss_scale"].get<double>() / 2);
+  }
+  // --init-from: any HF-named file into any layout (lr 0: the file comes back bit for bit).
+  train(2, "train --model gpt-nano --data t.bin --steps 1 --lr 0 --threads 1 --quiet --tp 2 --init-from one.st "
+           "--save-final back.st");
+  EXPECT_TRUE(paratrain::test::read_text(path("back.st")) == paratrain::test::read_text(path("one.st")));
 }
 
 }  // namespace
