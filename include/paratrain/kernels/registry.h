@@ -53,6 +53,8 @@ struct Registry {
   PT_KERNEL_TABLE(log_softmax_backward);
   PT_KERNEL_TABLE(crossentropy_forward);
   PT_KERNEL_TABLE(crossentropy_backward);
+  PT_KERNEL_TABLE(softmax_row_max);
+  PT_KERNEL_TABLE(softmax_row_exp_sum);
   PT_KERNEL_TABLE(attention_forward);
   PT_KERNEL_TABLE(attention_backward);
   PT_KERNEL_TABLE(embedding_forward);

@@ -41,6 +41,8 @@ void register_kernels(Registry& r) {
   PT_CPU_F32(softmax_forward);
   PT_CPU_F32(softmax_backward);
   PT_CPU_F32(log_softmax_forward);
+  PT_CPU_F32(softmax_row_max);
+  PT_CPU_F32(softmax_row_exp_sum);
   PT_CPU_F32(log_softmax_backward);
   PT_CPU_F32(crossentropy_forward);
   PT_CPU_F32(crossentropy_backward);

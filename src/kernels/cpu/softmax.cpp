@@ -122,4 +122,10 @@ void crossentropy_backward(float* dlogits, const float* dlosses, const float* lo
   }, 1);
 }
 
+float softmax_row_max(const float* x, int64_t n) { return detail::row_max(x, n); }
+
+float softmax_row_exp_sum(float* out, const float* x, int64_t n, float sub) {
+  return detail::row_exp_sum(out, x, n, sub);
+}
+
 }  // namespace paratrain::kernels::cpu

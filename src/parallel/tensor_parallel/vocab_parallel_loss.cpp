@@ -67,18 +67,15 @@ struct Rows {
   }
 };
 
+// The kernels' vectorised row primitives (kernels/cpu/softmax.h), f32.
 float row_max(const float* x, int64_t n) {
-  float m = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : m)
-  for (int64_t c = 0; c < n; ++c) m = std::max(m, x[c]);
-  return m;
+  static const auto fn = kernels::registry().softmax_row_max.at(Device::CPU, DType::F32);
+  return fn(x, n);
 }
 
-float row_exp_sum(const float* x, int64_t n, float sub) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t c = 0; c < n; ++c) s += std::exp(x[c] - sub);
-  return s;
+float row_exp_sum(float* out, const float* x, int64_t n, float sub) {
+  static const auto fn = kernels::registry().softmax_row_exp_sum.at(Device::CPU, DType::F32);
+  return fn(out, x, n, sub);
 }
 
 // Targets as contiguous i32 (other integer types converted).
@@ -141,7 +138,7 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits_in, const Tensor& targe
       return;
     }
     const float* x = rows.get(r, buf);
-    s[r] = row_exp_sum(x, valid, mx[r]);
+    s[r] = row_exp_sum(nullptr, x, valid, mx[r]);
     const int64_t local = static_cast<int64_t>(t[r]) - vocab_start;
     s[N + r] = local >= 0 && local < valid ? x[local] : 0.0f;
   });
@@ -186,8 +183,9 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits_in, const Tensor& targe
         const float* x = rows.get(r, buf);  // half: the widened row, overwritten in place below
         float* dr = rows.half() ? buf : reinterpret_cast<float*>(drow);
         const float l = lse_p[r];
+        row_exp_sum(dr, x, valid, l);
 #pragma omp simd
-        for (int64_t c = 0; c < valid; ++c) dr[c] = std::exp(x[c] - l) * scale;
+        for (int64_t c = 0; c < valid; ++c) dr[c] *= scale;
         for (int64_t c = valid; c < Vl; ++c) dr[c] = 0.0f;
         const int64_t local = static_cast<int64_t>(t[r]) - vocab_start;
         if (local >= 0 && local < valid) dr[local] -= scale;

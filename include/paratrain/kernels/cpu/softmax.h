@@ -35,4 +35,11 @@ void crossentropy_forward(float* losses, float* lse, const float* logits,
 void crossentropy_backward(float* dlogits, const float* dlosses, const float* logits,
                            const float* lse, const int32_t* targets, int64_t N, int64_t V);
 
+// One row of a vocabulary shard (the vocab-parallel cross-entropy computes its softmax from
+// per-rank pieces): the max of x[0..n), and the sum of exp(x[c] - sub) over c < n, writing
+// the exponentials to out[0..n) when out is not null (out may be x). Vectorised like the
+// kernels above; f32.
+float softmax_row_max(const float* x, int64_t n);
+float softmax_row_exp_sum(float* out, const float* x, int64_t n, float sub);
+
 }  // namespace paratrain::kernels::cpu
