@@ -118,6 +118,13 @@ TEST(MeshShapeResolve, SizeNotDividingTheWorldIsAnInputErrorNamingTheNumbers) {
   EXPECT_THAT(e, HasSubstr("8 ranks"));
 }
 
+TEST(MeshShapeResolve, HugeSizesAreAnInputErrorNotAnOverflow) {
+  // 2^32 x 2^32 would wrap to 0 in int64 before the division: rejected first.
+  const std::string e = resolve_error(int64_t(1) << 32, int64_t(1) << 32, 0, 4);
+  EXPECT_THAT(e, HasSubstr("dp 4294967296"));
+  EXPECT_THAT(e, HasSubstr("larger than the 4 ranks"));
+}
+
 TEST(MeshShapeResolve, NegativeSizeIsAnInputErrorNamingTheNumbers) {
   std::string e = resolve_error(-1, 0, 0, 4);
   EXPECT_THAT(e, HasSubstr("--dp -1"));

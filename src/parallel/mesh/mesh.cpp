@@ -14,6 +14,9 @@ std::string MeshShape::str() const {
 MeshShape resolve_mesh_shape(int64_t dp, int64_t tp, int64_t pp, int world) {
   if (dp < 0 || tp < 0 || pp < 0)
     PT_THROW(InputError, "--dp ", dp, " --tp ", tp, " --pp ", pp, ": sizes must be positive (0 or left out = derived)");
+  if (dp > world || tp > world || pp > world)
+    PT_THROW(InputError, "layout dp ", dp, " x tp ", tp, " x pp ", pp, ": a size is larger than the ", world,
+             " ranks of this job");
   const int64_t given = (dp ? dp : 1) * (tp ? tp : 1) * (pp ? pp : 1);
   if (world % given != 0)
     PT_THROW(InputError, "layout dp ", dp ? std::to_string(dp) : "?", " x tp ", tp ? std::to_string(tp) : "?", " x pp ",

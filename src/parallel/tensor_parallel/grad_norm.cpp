@@ -1,10 +1,9 @@
 #include "paratrain/parallel/tensor_parallel/grad_norm.h"
 
 #include <cmath>
-#include <cstring>
-#include <vector>
 
 #include "paratrain/kernels/registry.h"
+#include "parallel/rank_sum.h"
 
 namespace paratrain::parallel {
 
@@ -19,19 +18,7 @@ double mesh_grad_norm(const optim::NamedParams& params, const std::function<bool
     const Tensor c = g.contiguous();
     sq += kernels::kernel(&kernels::Registry::sum_squares, c)(c.data<float>(), c.numel());
   }
-  const auto& world = mesh.world();
-  if (world && world->size() > 1) {
-    std::vector<int64_t> all(static_cast<size_t>(world->size()));
-    int64_t mine;
-    std::memcpy(&mine, &sq, sizeof mine);
-    world->allgather(&mine, all.data(), 1, DType::I64)->wait();
-    sq = 0.0;
-    for (int64_t w : all) {
-      double v;
-      std::memcpy(&v, &w, sizeof v);
-      sq += v;
-    }
-  }
+  sq = detail::sum_in_rank_order(mesh.world().get(), sq);
   return std::sqrt(sq);
 }
 

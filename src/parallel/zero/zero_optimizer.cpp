@@ -12,6 +12,8 @@
 //      then ddp.allgather_parameters() copies every rank's block back into every parameter.
 #include "paratrain/parallel/zero.h"
 
+#include "parallel/rank_sum.h"
+
 #include <cmath>
 #include <cstring>
 #include <unordered_map>
@@ -54,19 +56,7 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, optim::Optimizer& opt
 double ZeroOptimizer::grad_norm() {
   double sq = 0.0;
   for (const auto& p : pieces_) sq += kernels::kernel(&kernels::Registry::sum_squares, p.grad)(p.grad.data<float>(), p.grad.numel());
-  const auto& pg = ddp_.process_group();
-  if (pg && pg->size() > 1) {
-    std::vector<int64_t> all(static_cast<size_t>(pg->size()));
-    int64_t mine;
-    std::memcpy(&mine, &sq, sizeof mine);
-    pg->allgather(&mine, all.data(), 1, DType::I64)->wait();
-    sq = 0.0;
-    for (int64_t w : all) {
-      double v;
-      std::memcpy(&v, &w, sizeof v);
-      sq += v;
-    }
-  }
+  sq = detail::sum_in_rank_order(ddp_.process_group().get(), sq);
   return std::sqrt(sq);
 }
 
