@@ -150,6 +150,11 @@ TEST_F(TensorParallelTrain, DataParallelTimesTensorParallelWithAndWithoutZero) {
   expect_weights_near("z1.st", "one.st", 1e-5);
   train(4, nano("--tp 2 --zero 2 --sequence-parallel --save-final z2.st" + kSgd));
   expect_weights_near("z2.st", "one.st", 1e-5);
+  // Gradient compression over dp: bf16 buckets (the gradients' bf16 rounding, 2^-9).
+  train(4, nano("--tp 2 --compress bf16 --save-final c.st --metrics c.jsonl" + kSgd));
+  expect_weights_near("c.st", "one.st", 1e-2);
+  const auto c = steps_of("c.jsonl");
+  EXPECT_EQ(c[0]["comm_bytes"].get<int64_t>() * 2, c[0]["comm_bytes_uncompressed"].get<int64_t>()) << c[0].dump();
 }
 
 TEST_F(TensorParallelTrain, SequenceParallelPaddedVocabularyAndDropout) {
