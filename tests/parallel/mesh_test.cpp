@@ -94,11 +94,11 @@ TEST(MeshShapeResolve, ProductNotTheWorldIsAnInputErrorNamingTheNumbers) {
   EXPECT_THAT(e, HasSubstr("4"));
   // All three given, product above the world.
   e = resolve_error(2, 2, 2, 4);
-  EXPECT_THAT(e, HasSubstr("dp 2 x tp 2 x pp 2"));
+  EXPECT_THAT(e, HasSubstr("--dp 2 --tp 2 --pp 2"));
   EXPECT_THAT(e, HasSubstr("4 ranks"));
   // Two given: the product of the two exceeds the world.
   e = resolve_error(4, 2, 0, 4);
-  EXPECT_THAT(e, HasSubstr("dp 4 x tp 2"));
+  EXPECT_THAT(e, HasSubstr("--dp 4 --tp 2"));
   EXPECT_THAT(e, HasSubstr("4 ranks"));
 }
 
@@ -121,8 +121,8 @@ TEST(MeshShapeResolve, SizeNotDividingTheWorldIsAnInputErrorNamingTheNumbers) {
 TEST(MeshShapeResolve, HugeSizesAreAnInputErrorNotAnOverflow) {
   // 2^32 x 2^32 would wrap to 0 in int64 before the division: rejected first.
   const std::string e = resolve_error(int64_t(1) << 32, int64_t(1) << 32, 0, 4);
-  EXPECT_THAT(e, HasSubstr("dp 4294967296"));
-  EXPECT_THAT(e, HasSubstr("larger than the 4 ranks"));
+  EXPECT_THAT(e, HasSubstr("--dp 4294967296"));
+  EXPECT_THAT(e, HasSubstr("does not divide the 4 ranks"));
 }
 
 TEST(MeshShapeResolve, NegativeSizeIsAnInputErrorNamingTheNumbers) {

@@ -200,7 +200,7 @@ TEST_F(TensorParallelTrain, BadLayoutsExitTwoWithOneLineAndWriteNothing) {
   };
   const std::vector<Case> cases = {
       {2, "--tp 3", "does not divide the 2 ranks"},
-      {2, "--dp 2 --tp 2", "layout dp 2 x tp 2 x pp ? does not divide the 2 ranks"},
+      {2, "--dp 2 --tp 2", "layout --dp 2 --tp 2 --pp ? does not divide the 2 ranks"},
       {2, "--dp 1 --tp 1 --pp 1", "dp 1 x tp 1 x pp 1 = 1 ranks, but this job has 2"},
       {2, "--tp 2 --n-head 3 --n-embd 96", "--tp 2 does not divide the 3 attention heads"},
       {2, "--pp 2", "--pp 2: pipeline parallelism is not built yet"},

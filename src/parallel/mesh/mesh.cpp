@@ -14,13 +14,13 @@ std::string MeshShape::str() const {
 MeshShape resolve_mesh_shape(int64_t dp, int64_t tp, int64_t pp, int world) {
   if (dp < 0 || tp < 0 || pp < 0)
     PT_THROW(InputError, "--dp ", dp, " --tp ", tp, " --pp ", pp, ": sizes must be positive (0 or left out = derived)");
-  if (dp > world || tp > world || pp > world)
-    PT_THROW(InputError, "layout dp ", dp, " x tp ", tp, " x pp ", pp, ": a size is larger than the ", world,
-             " ranks of this job");
-  const int64_t given = (dp ? dp : 1) * (tp ? tp : 1) * (pp ? pp : 1);
-  if (world % given != 0)
-    PT_THROW(InputError, "layout dp ", dp ? std::to_string(dp) : "?", " x tp ", tp ? std::to_string(tp) : "?", " x pp ",
-             pp ? std::to_string(pp) : "?", " does not divide the ", world, " ranks of this job");
+  const auto size = [](int64_t v) { return v ? std::to_string(v) : std::string("?"); };
+  // A size above the world cannot divide it (checked first: the product could overflow).
+  const bool too_big = dp > world || tp > world || pp > world;
+  const int64_t given = too_big ? 0 : (dp ? dp : 1) * (tp ? tp : 1) * (pp ? pp : 1);
+  if (too_big || world % given != 0)
+    PT_THROW(InputError, "layout --dp ", size(dp), " --tp ", size(tp), " --pp ", size(pp), " does not divide the ",
+             world, " ranks of this job (dp x tp x pp must equal the world size; ? = derived)");
   const int64_t rest = world / given;
   // The one size left out takes the rest; dp first when several are.
   if (!dp) dp = rest;
