@@ -478,10 +478,10 @@ TEST_F(Resume, ZeroDamagedOrMissingShardIsNamedAndNothingIsTrained) {
 // Tensor parallelism: each tp rank saves its part of the model (model.tp<I>-of-2) with its
 // optimizer state; a load assembles the whole state and cuts it for the new layout. Killed
 // after step 4, a tp 2 run resumed as tp 2 ends bit-identical to the uninterrupted run; as
-// dp 2 (and as dp 2 x tp 2 with ZeRO 1, and as one process) its losses and weights agree to
+// dp 2 (and as dp 2 x tp 2 with ZeRO 1, tp 4, and one process) its losses and weights agree to
 // rounding: the layouts sum in another order. AdamW with eps 1e-6: see
 // tests/parallel/tensor_parallel_train_test.cpp on AdamW and rounding noise.
-TEST_F(Resume, TensorParallelKilledAndResumedAsTp2Dp2ZeroAndOneProcess) {
+TEST_F(Resume, TensorParallelKilledAndResumedAsTp2Dp2Tp4ZeroAndOneProcess) {
   const std::string args = kTrain + "--steps 12 --n-head 4 --eps 1e-6 --checkpoint-every 4 ";
   const std::string tp2 = args + "--micro-batch 4 --tp 2 ";
   std::string out;
@@ -492,7 +492,8 @@ TEST_F(Resume, TensorParallelKilledAndResumedAsTp2Dp2ZeroAndOneProcess) {
   run_and_kill(2, tp2 + "--checkpoint-dir ck", "ck/step_4", &out);
   for (const char* later : {"ck/step_8", "ck/step_12"}) fs::remove_all(path(later));  // if the kill came late
   std::ofstream(path("ck/latest")) << "step_4\n";
-  for (const char* copy : {"ck_dp2", "ck_zero", "ck_one"}) fs::copy(path("ck"), path(copy), fs::copy_options::recursive);
+  for (const char* copy : {"ck_dp2", "ck_zero", "ck_one", "ck_tp4"})
+    fs::copy(path("ck"), path(copy), fs::copy_options::recursive);
 
   auto losses = [&](const std::string& metrics) {
     std::vector<double> l;
@@ -529,6 +530,10 @@ TEST_F(Resume, TensorParallelKilledAndResumedAsTp2Dp2ZeroAndOneProcess) {
   ASSERT_EQ(run(0, args + "--micro-batch 4 --checkpoint-dir ck_one --resume --save-final one.st --metrics one.jsonl", &out), 0)
       << out;
   expect_resumed("one", 1e-5);
+  ASSERT_EQ(run(4, args + "--micro-batch 4 --tp 4 --checkpoint-dir ck_tp4 --resume --save-final tp4.st --metrics tp4.jsonl",
+                &out, 120), 0)
+      << out;
+  expect_resumed("tp4", 1e-5);
   fs::remove_all(path("ck_zero/step_12"));
   std::ofstream(path("ck_zero/latest")) << "step_8\n";
   ASSERT_EQ(run(2, tp2 + "--checkpoint-dir ck_zero --resume --save-final back.st", &out), 0) << out;
