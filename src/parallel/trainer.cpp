@@ -561,7 +561,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   if (resumed) {
     // The checkpoint holds the whole state (any layout saved it); this rank's tensor-parallel
     // part of it, then (ZeRO) its pieces of that.
-    const auto optimizer_state = plan.size() > 1 ? plan.cut_local(resumed->optimizer) : resumed->optimizer;
+    const auto optimizer_state = plan.cut_local(resumed->optimizer);
     if (zero)
       zero->load_state(optimizer_state, resumed->optimizer_steps);  // this rank's pieces, re-cut
     else
@@ -593,20 +593,30 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     st.config = this_run;
     return st;
   };
-  // Tensor-parallel save: rank 0 prepares the directory; the dp-rank-0 rank of each tp index
-  // writes its part of the model (with its optimizer state unless ZeRO shards it); with ZeRO
-  // every rank writes its pieces; rank 0 gathers their sizes and CRCs and writes the
-  // manifest last (training_state.h). A later load gets the whole state, for any layout.
-  auto save_tensor_parallel_checkpoint = [&](int64_t done) {
+  // Unsharded state (no ZeRO, no tensor parallelism): rank 0 writes everything. Sharded: rank 0
+  // prepares the directory; the dp-rank-0 rank of each tp index writes its part of the model
+  // (with its optimizer state unless ZeRO shards it); with ZeRO every rank writes its pieces;
+  // rank 0 gathers their sizes and CRCs and writes the rest and the manifest last
+  // (training_state.h). A later load gets the whole state, for any layout.
+  auto save_checkpoint = [&](int64_t done) {
+    const bool parted = plan.size() > 1;
+    if (!zero && !parted) {
+      if (rank != 0) return die_if_told(done);  // it writes no file of the checkpoint
+      checkpoint::TrainingState st = run_state(done);
+      st.model = model.state_dict();
+      st.optimizer = opt->state_dict();
+      checkpoint::save_training_state(cfg.checkpoint_dir, st, 2, [&] { die_if_told(done); });
+      return;
+    }
     int32_t go = rank == 0 ? static_cast<int32_t>(checkpoint::prepare_checkpoint(cfg.checkpoint_dir, done)) : 0;
-    pg->broadcast(&go, 1, DType::I32, 0)->wait();
-    if (!go) return;
+    if (pg) pg->broadcast(&go, 1, DType::I32, 0)->wait();
+    if (!go) return;  // this step's checkpoint is already complete
     const MeshCoord me = mesh.coord();
     const auto crc_bits = [](const checkpoint::ShardFileInfo& f) {
       return static_cast<int64_t>(std::stoul(f.crc32, nullptr, 16));
     };
     int64_t info[4] = {0, 0, 0, 0};  // part bytes, part CRC, shard bytes, shard CRC
-    if (me.dp == 0) {
+    if (parted && me.dp == 0) {
       const auto part = checkpoint::write_model_part(cfg.checkpoint_dir, done, me.tp, shape.tp, model.state_dict(),
                                                      zero ? std::map<std::string, Tensor>{} : opt->state_dict(),
                                                      plan.cuts(), opt->steps_taken());
@@ -618,62 +628,30 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       info[2] = static_cast<int64_t>(mine.bytes), info[3] = crc_bits(mine);
     }
     if (rank != 0) die_if_told(done);  // its files written; rank 0 never gets their CRCs: no manifest
-    std::vector<int64_t> all(4 * static_cast<size_t>(world));
-    pg->allgather(info, all.data(), 4, DType::I64)->wait();
+    std::vector<int64_t> all(info, info + 4);
+    if (pg) {
+      all.resize(4 * static_cast<size_t>(world));
+      pg->allgather(info, all.data(), 4, DType::I64)->wait();
+    }
     if (rank != 0) return;
-    const auto crc_text = [](int64_t bits) {
+    const auto file = [&all](std::string name, int r, int at) {
       char crc[9];
-      std::snprintf(crc, sizeof crc, "%08lx", static_cast<unsigned long>(bits));
-      return std::string(crc);
+      std::snprintf(crc, sizeof crc, "%08lx", static_cast<unsigned long>(all[4 * r + at + 1]));
+      return checkpoint::ShardFileInfo{std::move(name), static_cast<uint64_t>(all[4 * r + at]), crc};
     };
     checkpoint::TrainingState st = run_state(done);
-    st.tp_size = shape.tp;
-    st.cuts = plan.cuts();
-    st.model_parts.resize(static_cast<size_t>(shape.tp));
+    if (parted) {
+      st.tp_size = shape.tp;
+      st.cuts = plan.cuts();
+      st.model_parts.resize(static_cast<size_t>(shape.tp));
+    } else {
+      st.model = model.state_dict();
+    }
     for (int r = 0; r < world; ++r) {
       const MeshCoord c = mesh_coord(r, shape);
-      if (c.dp == 0)
-        st.model_parts[c.tp] = {checkpoint::model_part_file_name(c.tp, shape.tp), static_cast<uint64_t>(all[4 * r]),
-                                crc_text(all[4 * r + 1])};
-      if (zero)
-        st.optimizer_shards.push_back({checkpoint::optimizer_shard_file_name(r, world),
-                                       static_cast<uint64_t>(all[4 * r + 2]), crc_text(all[4 * r + 3])});
+      if (parted && c.dp == 0) st.model_parts[c.tp] = file(checkpoint::model_part_file_name(c.tp, shape.tp), r, 0);
+      if (zero) st.optimizer_shards.push_back(file(checkpoint::optimizer_shard_file_name(r, world), r, 2));
     }
-    checkpoint::save_training_state(cfg.checkpoint_dir, st, 2, [&] { die_if_told(done); });
-  };
-  auto save_checkpoint = [&](int64_t done) {
-    if (plan.size() > 1) return save_tensor_parallel_checkpoint(done);
-    std::vector<checkpoint::ShardFileInfo> shards;
-    if (zero) {
-      // Sharded: rank 0 prepares the directory, every rank writes its shard, rank 0 gathers
-      // their sizes and CRCs and writes the model and the manifest last (training_state.h).
-      int32_t go = rank == 0 ? static_cast<int32_t>(checkpoint::prepare_checkpoint(cfg.checkpoint_dir, done)) : 0;
-      if (pg) pg->broadcast(&go, 1, DType::I32, 0)->wait();
-      if (!go) return;  // this step's checkpoint is already complete
-      const auto mine = checkpoint::write_optimizer_shard(cfg.checkpoint_dir, done, rank, world, zero->shard_state(),
-                                                          opt->steps_taken());
-      if (rank != 0) die_if_told(done);  // shard written; rank 0 never gets its CRC: no manifest
-      std::vector<int64_t> info = {static_cast<int64_t>(mine.bytes),
-                                   static_cast<int64_t>(std::stoul(mine.crc32, nullptr, 16))};
-      std::vector<int64_t> all = info;
-      if (pg) {
-        all.resize(2 * static_cast<size_t>(world));
-        pg->allgather(info.data(), all.data(), 2, DType::I64)->wait();
-      }
-      for (int r = 0; r < world; ++r) {
-        char crc[9];
-        std::snprintf(crc, sizeof crc, "%08lx", static_cast<unsigned long>(all[2 * r + 1]));
-        shards.push_back({checkpoint::optimizer_shard_file_name(r, world), static_cast<uint64_t>(all[2 * r]), crc});
-      }
-    }
-    if (rank != 0) {
-      if (!zero) die_if_told(done);  // it writes no file of the checkpoint
-      return;
-    }
-    checkpoint::TrainingState st = run_state(done);
-    st.model = model.state_dict();
-    if (!zero) st.optimizer = opt->state_dict();
-    st.optimizer_shards = shards;
     checkpoint::save_training_state(cfg.checkpoint_dir, st, 2, [&] { die_if_told(done); });
   };
   monitor::MetricsWriter metrics(rank == 0 ? cfg.metrics : std::string());
@@ -814,25 +792,22 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     if (skipped) {
       progress.finish();
       log << "step " << step + 1 << ": gradients hold inf/NaN at loss scale " << loss_scale << ": step skipped\n";
-    } else if (plan.size() > 1) {
-      // Over the mesh: tensor-parallel shards summed, replicated parameters once.
-      norm = mesh_grad_norm(zero ? opt_params : params, [&plan](const std::string& n) { return plan.sharded(n); },
-                            mesh, zero != nullptr);
+    } else {
+      // The global norm: over the mesh with tensor parallelism (tp shards summed, replicated
+      // parameters once); over every rank's shard of the averaged gradient with ZeRO; else
+      // the gradients are already averaged.
+      norm = plan.size() > 1 ? mesh_grad_norm(zero ? opt_params : params,
+                                              [&plan](const std::string& n) { return plan.sharded(n); }, mesh,
+                                              zero != nullptr)
+             : zero          ? zero->grad_norm()
+                             : optim::grad_norm(params);
       if (zero) {
         zero->clip_grad_norm(cfg.grad_clip, norm);
-        zero->step();
+        zero->step();  // this rank's pieces, then the parameters are all-gathered
       } else {
         optim::clip_grad_norm(params, cfg.grad_clip, norm);
         opt->step();
       }
-    } else if (zero) {
-      norm = zero->grad_norm();  // global: every rank's shard of the averaged gradient
-      zero->clip_grad_norm(cfg.grad_clip, norm);
-      zero->step();  // this rank's pieces, then the parameters are all-gathered
-    } else {
-      norm = optim::grad_norm(params);  // global: the gradients are already averaged
-      optim::clip_grad_norm(params, cfg.grad_clip, norm);
-      opt->step();
     }
     const TpCommStats tp_stats = plan.size() > 1 ? plan.group()->take_stats() : TpCommStats{};
     if (!skipped) mp.parameters_changed();  // the half copies are refreshed at the next forward
@@ -968,10 +943,9 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   if (autograd::profiler::enabled()) log << autograd::profiler::report();
   // The whole model with its Hugging Face names, whatever the layout (gathered over tp: every
   // rank takes part).
-  std::map<std::string, Tensor> whole_weights;
-  if (!cfg.save_final.empty() && plan.size() > 1) whole_weights = plan.gather_whole(model.state_dict());
+  std::map<std::string, Tensor> weights;
+  if (!cfg.save_final.empty()) weights = plan.gather_whole(model.state_dict());
   if (!cfg.save_final.empty() && rank == 0) {
-    std::map<std::string, Tensor> weights = plan.size() > 1 ? whole_weights : model.state_dict();
     if (cfg.save_dtype == "bf16")
       for (auto& [name, t] : weights) t = t.to(DType::BF16);
     checkpoint::save_safetensors(cfg.save_final, weights, task->metadata());

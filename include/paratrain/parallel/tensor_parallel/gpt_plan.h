@@ -55,9 +55,9 @@ class TensorParallelPlan {
   bool sharded(const std::string& key) const { return !cut_of(key).replicated(); }
 
   // Whole tensors from this rank's parts (parameters or optimizer state, by key): collective
-  // over the tp group, every rank gets the whole.
+  // over the tp group, every rank gets the whole (without tensor parallelism: `local` itself).
   std::map<std::string, Tensor> gather_whole(const std::map<std::string, Tensor>& local) const;
-  // This rank's parts of whole tensors. Local.
+  // This rank's parts of whole tensors (without tensor parallelism: `whole` itself). Local.
   std::map<std::string, Tensor> cut_local(const std::map<std::string, Tensor>& whole) const;
 
  private:
