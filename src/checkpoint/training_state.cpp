@@ -27,6 +27,22 @@ constexpr const char* kShardFormat = "paratrain-optimizer-shard";
 constexpr const char* kPartFormat = "paratrain-model-part";
 constexpr const char* kOptimPrefix = "optim/";  // optimizer tensors inside a model part
 
+// InputError unless tp_index is one of tp_size tensor-parallel indices (`fn` names the caller).
+void check_tp_index(const char* fn, int tp_index, int tp_size) {
+  if (tp_size < 1 || tp_index < 0 || tp_index >= tp_size)
+    PT_THROW(InputError, fn, ": tensor-parallel index ", tp_index, " of ", tp_size, " does not exist");
+}
+
+// Writes a shard or part file D/step_<N>/<name> (atomically, as save_safetensors does) and
+// returns what the manifest lists of it: name, size and CRC32.
+template <typename Tensors>
+ShardFileInfo write_listed_file(const std::string& dir, int64_t step, std::string name, const Tensors& tensors,
+                                const Metadata& meta) {
+  const fs::path path = fs::path(dir) / checkpoint_name(step) / name;
+  save_safetensors(path.string(), tensors, meta);
+  return {std::move(name), static_cast<uint64_t>(fs::file_size(path)), file_crc32(path.string())};
+}
+
 [[noreturn]] void damaged(const std::string& ckpt, const std::string& what) {
   PT_THROW(InputError, "checkpoint ", ckpt, " is damaged: ", what, "; nothing was loaded");
 }
@@ -429,9 +445,7 @@ std::string optimizer_shard_file_name(int rank, int world_size) {
 
 ShardFileInfo write_optimizer_shard(const std::string& dir, int64_t step, int rank, int world_size,
                                     const OptimizerShard& shard, int64_t optimizer_steps, int tp_index, int tp_size) {
-  if (tp_size < 1 || tp_index < 0 || tp_index >= tp_size)
-    PT_THROW(InputError, "write_optimizer_shard: tensor-parallel index ", tp_index, " of ", tp_size,
-             " does not exist");
+  check_tp_index("write_optimizer_shard", tp_index, tp_size);
   nlohmann::json pieces = nlohmann::json::array();
   for (const auto& p : shard.pieces)
     pieces.push_back({{"name", p.name}, {"begin", p.begin}, {"numel", p.numel}, {"shape", p.shape}});
@@ -444,13 +458,7 @@ ShardFileInfo write_optimizer_shard(const std::string& dir, int64_t step, int ra
     meta["tp_index"] = std::to_string(tp_index);
     meta["tp_size"] = std::to_string(tp_size);
   }
-  ShardFileInfo info;
-  info.name = optimizer_shard_file_name(rank, world_size);
-  const fs::path path = fs::path(dir) / checkpoint_name(step) / info.name;
-  save_safetensors(path.string(), shard.tensors, meta);
-  info.bytes = static_cast<uint64_t>(fs::file_size(path));
-  info.crc32 = file_crc32(path.string());
-  return info;
+  return write_listed_file(dir, step, optimizer_shard_file_name(rank, world_size), shard.tensors, meta);
 }
 
 std::string model_part_file_name(int tp_index, int tp_size) {
@@ -461,8 +469,7 @@ ShardFileInfo write_model_part(const std::string& dir, int64_t step, int tp_inde
                                const std::map<std::string, Tensor>& local_model,
                                const std::map<std::string, Tensor>& local_optimizer,
                                const std::map<std::string, TensorCut>& cuts, int64_t optimizer_steps) {
-  if (tp_size < 1 || tp_index < 0 || tp_index >= tp_size)
-    PT_THROW(InputError, "write_model_part: tensor-parallel index ", tp_index, " of ", tp_size, " does not exist");
+  check_tp_index("write_model_part", tp_index, tp_size);
   for (const auto& [name, c] : cuts) {
     const auto it = local_model.find(name);
     if (it == local_model.end())
@@ -484,13 +491,7 @@ ShardFileInfo write_model_part(const std::string& dir, int64_t step, int tp_inde
                          {"tp_size", std::to_string(tp_size)},
                          {"cuts", cuts_json(cuts).dump()},
                          {"optimizer_steps", std::to_string(optimizer_steps)}};
-  ShardFileInfo info;
-  info.name = model_part_file_name(tp_index, tp_size);
-  const fs::path path = fs::path(dir) / checkpoint_name(step) / info.name;
-  save_safetensors(path.string(), tensors, meta);
-  info.bytes = static_cast<uint64_t>(fs::file_size(path));
-  info.crc32 = file_crc32(path.string());
-  return info;
+  return write_listed_file(dir, step, model_part_file_name(tp_index, tp_size), tensors, meta);
 }
 
 std::string save_training_state(const std::string& dir, const TrainingState& s, int keep_last,
