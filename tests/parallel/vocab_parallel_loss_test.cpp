@@ -35,6 +35,7 @@ extern char** environ;
 #include "paratrain/parallel/tensor_parallel/vocab_parallel_loss.h"
 #include "paratrain/tensor/random.h"
 #include "parallel/ddp_test_util.h"
+#include "parallel/train_multirank_util.h"
 
 using namespace paratrain;
 using namespace paratrain::parallel;
@@ -257,24 +258,8 @@ TEST(VocabParallelCrossEntropy, RejectsBadInputs) {
 
 // ---- two processes: allocator peaks ----
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using paratrain::test::free_port;
+using paratrain::test::read_text;
 
 struct Proc {
   int code = -1000;  // exit code, -signal if killed
