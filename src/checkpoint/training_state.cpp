@@ -26,6 +26,9 @@ constexpr const char* kFormat = "paratrain-training-state";
 constexpr const char* kShardFormat = "paratrain-optimizer-shard";
 constexpr const char* kPartFormat = "paratrain-model-part";
 constexpr const char* kOptimPrefix = "optim/";  // optimizer tensors inside a model part
+constexpr const char* kModelPrefix = "model/";  // parameter pieces inside an optimizer shard (ZeRO 3)
+
+bool has_prefix(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
 // InputError unless tp_index is one of tp_size tensor-parallel indices (`fn` names the caller).
 void check_tp_index(const char* fn, int tp_index, int tp_size) {
@@ -209,6 +212,14 @@ nlohmann::json read_manifest(const std::string& ckpt) {
       if (!v.is_string()) bad("has a malformed \"model_metadata\"");
   }
   const bool parted = m.contains("model_parts");
+  // With "model_in_shards" (ZeRO 3) the model is in the optimizer shards: no model file.
+  bool in_shards = false;
+  if (m.contains("model_in_shards")) {
+    if (!m["model_in_shards"].is_boolean()) bad("has a malformed \"model_in_shards\"");
+    in_shards = m["model_in_shards"].get<bool>();
+  }
+  if (in_shards && parted) bad("says \"model_in_shards\" and lists \"model_parts\" too");
+  if (in_shards && !m.contains("optimizer_shards")) bad("says \"model_in_shards\" but lists no \"optimizer_shards\"");
   if (parted) {
     if (!m["model_parts"].is_array() || m["model_parts"].empty()) bad("has a malformed \"model_parts\"");
     if (static_cast<int64_t>(m["model_parts"].size()) != tp)
@@ -217,7 +228,7 @@ nlohmann::json read_manifest(const std::string& ckpt) {
       if (!f.is_string()) bad("has a malformed \"model_parts\"");
       required.push_back(f.get<std::string>());
     }
-  } else {
+  } else if (!in_shards) {
     required.push_back(kModelFile);
   }
   if (m.contains("optimizer_shards")) {
@@ -239,19 +250,49 @@ nlohmann::json read_manifest(const std::string& ckpt) {
   return m;
 }
 
-// The whole optimizer state from the shards listed in the manifest: every "<param>.<state>"
-// tensor gets its parameter's shape, and its pieces must cover each element exactly once.
-// Under tensor parallelism (tp > 1) the pieces are ranges of each tp index's local tensors:
-// each index's locals are assembled that way from its ranks' shards, then joined across tp
-// along the cuts.
-std::map<std::string, Tensor> assemble_shards(const std::string& ckpt, const std::vector<ShardFileInfo>& files, int tp,
-                                              const std::map<std::string, TensorCut>& cuts) {
+// The local tensors of each tensor-parallel index (state[i]: index i's) made whole: as they are
+// without tensor parallelism, else joined across tp along the cuts (join_across_tp; an
+// optimizer tensor "<param>.<state>" follows its parameter's cut).
+std::map<std::string, Tensor> join_shard_locals(const std::string& ckpt,
+                                                std::vector<std::map<std::string, Tensor>>& state,
+                                                const std::map<std::string, TensorCut>& cuts, bool optimizer) {
+  const int tp = static_cast<int>(state.size());
+  if (tp == 1) return std::move(state[0]);
+  std::map<std::string, std::vector<Tensor>> locals;
+  for (int i = 0; i < tp; ++i)
+    for (auto& [key, t] : state[static_cast<size_t>(i)]) {
+      auto& v = locals[key];
+      v.resize(static_cast<size_t>(tp));
+      v[static_cast<size_t>(i)] = std::move(t);
+    }
+  state.clear();
+  return join_across_tp(ckpt, locals, cuts, optimizer, [](int i) {
+    return "the optimizer shards of tensor-parallel index " + std::to_string(i);
+  });
+}
+
+// What the shards of a checkpoint hold, whole: the optimizer state and, with the model in the
+// shards (ZeRO 3), the model.
+struct ShardState {
+  std::map<std::string, Tensor> model, optimizer;
+};
+
+// The whole state from the shards listed in the manifest: every "<param>.<state>" tensor, and
+// with `model_in_shards` every "model/<param>" tensor, gets its parameter's shape, and its
+// pieces must cover each element exactly once. Under tensor parallelism (tp > 1) the pieces are
+// ranges of each tp index's local tensors: each index's locals are assembled that way from its
+// ranks' shards, then joined across tp along the cuts. With `model_in_shards` every piece of a
+// shard must have its "model/<param>" tensor; without it a shard must hold none.
+ShardState assemble_shards(const std::string& ckpt, const std::vector<ShardFileInfo>& files, int tp,
+                           const std::map<std::string, TensorCut>& cuts, bool model_in_shards) {
   struct Whole {
     Tensor t;
     std::vector<std::pair<int64_t, int64_t>> ranges;  // [begin, end) of the pieces seen
     std::string first_file;
   };
-  std::vector<std::map<std::string, Whole>> out(static_cast<size_t>(tp));  // per tp index
+  // Per tp index, keyed by the name in the shard file ("<param>.<state>" or "model/<param>").
+  std::vector<std::map<std::string, Whole>> out(static_cast<size_t>(tp));
+  const size_t model_prefix = std::strlen(kModelPrefix);
   const int world = static_cast<int>(files.size());
   for (int r = 0; r < world; ++r) {
     const ShardFileInfo& f = files[r];
@@ -291,9 +332,23 @@ std::map<std::string, Tensor> assemble_shards(const std::string& ckpt, const std
         bad("has a malformed piece in its \"pieces\" metadata");
       by_name[p["name"].get<std::string>()] = &p;
     }
+    if (model_in_shards)
+      for (const auto& [name, p] : by_name)
+        if (file.tensors.count(kModelPrefix + name) == 0)
+          bad(std::string("holds no ") + kModelPrefix + name + " for its piece of " + name + " (elements " +
+              std::to_string((*p)["begin"].get<int64_t>()) + ".." +
+              std::to_string((*p)["begin"].get<int64_t>() + (*p)["numel"].get<int64_t>()) +
+              "), though the manifest says the model is in the shards");
     for (auto& [key, t] : file.tensors) {
+      // The piece a tensor belongs to: "model/<param>" is the parameter's, "<param>.<state>"
+      // its optimizer state's.
+      const bool is_model = has_prefix(key, kModelPrefix);
+      if (is_model && !model_in_shards)
+        bad("holds the model tensor " + key + ", though the manifest does not say the model is in the shards");
       const auto dot = key.rfind('.');
-      auto pit = dot == std::string::npos ? by_name.end() : by_name.find(key.substr(0, dot));
+      auto pit = is_model                   ? by_name.find(key.substr(model_prefix))
+                 : dot == std::string::npos ? by_name.end()
+                                            : by_name.find(key.substr(0, dot));
       if (pit == by_name.end()) bad("holds tensor " + key + ", which belongs to no piece in its metadata");
       const nlohmann::json& p = *pit->second;
       Shape shape;
@@ -314,11 +369,11 @@ std::map<std::string, Tensor> assemble_shards(const std::string& ckpt, const std
         bad("gives " + key + " the shape [" + shape_str(shape) + "], " + w.first_file + " [" +
             shape_str(w.t.shape()) + "]");
       }
-      std::memcpy(w.t.data<float>() + begin, t.data<float>(), static_cast<size_t>(n) * sizeof(float));
+      if (n > 0) std::memcpy(w.t.data<float>() + begin, t.data<float>(), static_cast<size_t>(n) * sizeof(float));
       w.ranges.emplace_back(begin, begin + n);
     }
   }
-  std::vector<std::map<std::string, Tensor>> state(static_cast<size_t>(tp));
+  std::vector<std::map<std::string, Tensor>> model(static_cast<size_t>(tp)), optimizer(static_cast<size_t>(tp));
   for (int i = 0; i < tp; ++i)
     for (auto& [key, w] : out[static_cast<size_t>(i)]) {
       // Under tensor parallelism the tensor is a local one: say whose.
@@ -335,20 +390,16 @@ std::map<std::string, Tensor> assemble_shards(const std::string& ckpt, const std
       if (covered != w.t.numel())
         PT_THROW(InputError, "checkpoint ", ckpt, " is damaged: the optimizer shards leave out elements ", covered,
                  "..", w.t.numel(), " of ", of, "; nothing was loaded");
-      state[static_cast<size_t>(i)][key] = std::move(w.t);
+      if (has_prefix(key, kModelPrefix))
+        model[static_cast<size_t>(i)][key.substr(model_prefix)] = std::move(w.t);
+      else
+        optimizer[static_cast<size_t>(i)][key] = std::move(w.t);
     }
-  if (tp == 1) return std::move(state[0]);
-  std::map<std::string, std::vector<Tensor>> locals;
-  for (int i = 0; i < tp; ++i)
-    for (auto& [key, t] : state[static_cast<size_t>(i)]) {
-      auto& v = locals[key];
-      v.resize(static_cast<size_t>(tp));
-      v[static_cast<size_t>(i)] = std::move(t);
-    }
-  state.clear();
-  return join_across_tp(ckpt, locals, cuts, /*optimizer=*/true, [](int i) {
-    return "the optimizer shards of tensor-parallel index " + std::to_string(i);
-  });
+  out.clear();
+  ShardState whole;
+  whole.model = join_shard_locals(ckpt, model, cuts, /*optimizer=*/false);
+  whole.optimizer = join_shard_locals(ckpt, optimizer, cuts, /*optimizer=*/true);
+  return whole;
 }
 
 // The whole model (and, when `optimizer` is set, optimizer state) from the tensor-parallel
@@ -446,6 +497,29 @@ std::string optimizer_shard_file_name(int rank, int world_size) {
 ShardFileInfo write_optimizer_shard(const std::string& dir, int64_t step, int rank, int world_size,
                                     const OptimizerShard& shard, int64_t optimizer_steps, int tp_index, int tp_size) {
   check_tp_index("write_optimizer_shard", tp_index, tp_size);
+  for (const auto& [key, t] : shard.tensors)
+    if (has_prefix(key, kModelPrefix))
+      PT_THROW(InputError, "write_optimizer_shard: the state tensor ", key, " has the prefix ", kModelPrefix,
+               " reserved for the parameters");
+  // The optimizer state under its names, then the parameters' pieces (ZeRO 3) under "model/".
+  NamedTensors tensors(shard.tensors.begin(), shard.tensors.end());
+  if (!shard.params.empty()) {
+    std::map<std::string, const OptimizerShard::Piece*> by_name;
+    for (const auto& p : shard.pieces) by_name[p.name] = &p;
+    for (const auto& [name, t] : shard.params) {
+      const auto it = by_name.find(name);
+      if (it == by_name.end())
+        PT_THROW(InputError, "write_optimizer_shard: the parameter piece ", name, " belongs to no piece of the shard");
+      if (t.dim() != 1 || t.numel() != it->second->numel || t.dtype() != DType::F32)
+        PT_THROW(InputError, "write_optimizer_shard: the parameter piece ", name, " is ", dtype_name(t.dtype()), " [",
+                 shape_str(t.shape()), "], its piece 1-D f32 of ", it->second->numel, " elements");
+      tensors.emplace_back(kModelPrefix + name, t);
+    }
+    for (const auto& p : shard.pieces)
+      if (shard.params.count(p.name) == 0)
+        PT_THROW(InputError, "write_optimizer_shard: the piece ", p.name,
+                 " has no parameter tensor (params holds one for every piece, or none)");
+  }
   nlohmann::json pieces = nlohmann::json::array();
   for (const auto& p : shard.pieces)
     pieces.push_back({{"name", p.name}, {"begin", p.begin}, {"numel", p.numel}, {"shape", p.shape}});
@@ -458,7 +532,7 @@ ShardFileInfo write_optimizer_shard(const std::string& dir, int64_t step, int ra
     meta["tp_index"] = std::to_string(tp_index);
     meta["tp_size"] = std::to_string(tp_size);
   }
-  return write_listed_file(dir, step, optimizer_shard_file_name(rank, world_size), shard.tensors, meta);
+  return write_listed_file(dir, step, optimizer_shard_file_name(rank, world_size), tensors, meta);
 }
 
 std::string model_part_file_name(int tp_index, int tp_size) {
@@ -501,6 +575,13 @@ std::string save_training_state(const std::string& dir, const TrainingState& s, 
   const fs::path ckpt = fs::path(dir) / name;
   const bool sharded = !s.optimizer_shards.empty();
   const bool parted = !s.model_parts.empty();  // the model (and optimizer state) in tensor-parallel parts
+  const bool in_shards = s.model_in_shards;      // the model in the optimizer shards (ZeRO 3)
+  if (in_shards && !sharded)
+    PT_THROW(InputError, "save_training_state: model_in_shards is set but optimizer_shards is empty (the shards "
+                         "hold the model)");
+  if (in_shards && parted)
+    PT_THROW(InputError, "save_training_state: model_in_shards and model_parts are both given (with the model in "
+                         "the shards, under tensor parallelism too, no model parts are written)");
   if (!sharded && !parted && !prepare_checkpoint(dir, s.step)) return ckpt.string();  // already saved
   if (parted) {
     if (static_cast<int>(s.model_parts.size()) != s.tp_size)
@@ -523,7 +604,7 @@ std::string save_training_state(const std::string& dir, const TrainingState& s, 
 
   const std::string model_path = (ckpt / kModelFile).string();
   const std::string optim_path = (ckpt / kOptimFile).string();
-  if (!parted) save_safetensors(model_path, s.model, s.model_metadata);
+  if (!parted && !in_shards) save_safetensors(model_path, s.model, s.model_metadata);
   if (!sharded && !parted)
     save_safetensors(optim_path, s.optimizer, Metadata{{"optimizer_steps", std::to_string(s.optimizer_steps)}});
 
@@ -555,11 +636,13 @@ std::string save_training_state(const std::string& dir, const TrainingState& s, 
       m["model_parts"].push_back(f.name);
       m["files"][f.name] = {{"bytes", f.bytes}, {"crc32", f.crc32}};
     }
-    m["model_metadata"] = s.model_metadata;
+  } else if (in_shards) {
+    m["model_in_shards"] = true;
   } else {
     m["files"][kModelFile] = {{"bytes", static_cast<uint64_t>(fs::file_size(model_path))},
                               {"crc32", file_crc32(model_path)}};
   }
+  if (parted || in_shards) m["model_metadata"] = s.model_metadata;
   if (sharded) {
     m["optimizer_shards"] = nlohmann::json::array();
     for (const auto& f : s.optimizer_shards) {
@@ -674,25 +757,29 @@ TrainingState load_training_state(const std::string& ckpt) {
     return out;
   };
   const bool sharded = m.contains("optimizer_shards");
+  s.model_in_shards = m.value("model_in_shards", false);  // then sharded, without model parts
+  if ((m.contains("model_parts") || s.model_in_shards) && m.contains("model_metadata"))
+    s.model_metadata = m["model_metadata"].get<Metadata>();
   if (m.contains("model_parts")) {
     s.model_parts = listed("model_parts");
-    if (m.contains("model_metadata")) s.model_metadata = m["model_metadata"].get<Metadata>();
     load_model_parts(ckpt, s.model_parts, s.cuts, s.model, sharded ? nullptr : &s.optimizer);
-  } else {
+  } else if (!s.model_in_shards) {
     auto model = read_safetensors((fs::path(ckpt) / kModelFile).string());
     s.model = std::move(model.tensors);
     s.model_metadata = std::move(model.metadata);
+  }
+  if (sharded) {
+    s.optimizer_shards = listed("optimizer_shards");
+    ShardState whole = assemble_shards(ckpt, s.optimizer_shards, s.tp_size, s.cuts, s.model_in_shards);
+    s.optimizer = std::move(whole.optimizer);
+    if (s.model_in_shards) s.model = std::move(whole.model);
+  } else if (!m.contains("model_parts")) {
+    s.optimizer = load_safetensors((fs::path(ckpt) / kOptimFile).string());
   }
   for (const auto& [name, c] : s.cuts)
     if (s.model.count(name) == 0)
       damaged(ckpt,
               std::string(kManifest) + " gives the cut " + c.str() + " to " + name + ", which is no model tensor");
-  if (sharded) {
-    s.optimizer_shards = listed("optimizer_shards");
-    s.optimizer = assemble_shards(ckpt, s.optimizer_shards, s.tp_size, s.cuts);
-  } else if (!m.contains("model_parts")) {
-    s.optimizer = load_safetensors((fs::path(ckpt) / kOptimFile).string());
-  }
   return s;
 }
 

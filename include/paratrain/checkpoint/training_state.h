@@ -8,7 +8,10 @@
 //   D/step_<N>/optim.rank<R>-of-<W>.safetensors
 //                                  instead of optim.safetensors when the optimizer state is
 //                                  sharded (ZeRO): rank R's pieces, each a 1-D range of a
-//                                  parameter's state, the ranges in the file's metadata
+//                                  parameter's state, the ranges in the file's metadata; with
+//                                  the model in the shards (ZeRO 3, model_in_shards) also
+//                                  the same ranges of the parameters under "model/<param>",
+//                                  and then no model.safetensors is written
 //   D/step_<N>/model.tp<I>-of-<T>.safetensors
 //                                  instead of model.safetensors (and of optim.safetensors
 //                                  without ZeRO) when the run is tensor-parallel over T
@@ -17,7 +20,9 @@
 //                                  the cuts (TensorCut, tensor_cut.h) in its metadata
 //   D/step_<N>/manifest.json       written LAST: step, world size, the run's configuration,
 //                                  optimizer step count, RNG state, loss scale, and the size
-//                                  and CRC32 of each file (every shard too). A step_<N>
+//                                  and CRC32 of each file (every shard too); with the model
+//                                  in the shards "model_in_shards": true and the model's
+//                                  metadata ("model_metadata"). A step_<N>
 //                                  without a manifest is incomplete.
 //   D/latest                       "step_<N>\n", written after the manifest.
 // Every file is written atomically (base/atomic_file.h), so a kill at any moment leaves
@@ -32,6 +37,10 @@
 // write_optimizer_shard() with its tp index, the pieces being ranges of its LOCAL tensors);
 // rank 0 save_training_state() with model_parts (and optimizer_shards) set, which writes only
 // the manifest.
+// Fully sharded parameters (ZeRO 3), the same protocol: every rank write_optimizer_shard()
+// with OptimizerShard::params set (under tensor parallelism with its tp index, ranges of its
+// LOCAL tensors); rank 0 save_training_state() with optimizer_shards set and model_in_shards
+// true (no model_parts), which writes only the manifest.
 // load_training_state() always returns the whole state, the shards assembled and the
 // tensor-parallel parts joined (join_tensor), so any layout can resume from it.
 //
@@ -58,7 +67,10 @@ namespace paratrain::checkpoint {
 // One rank's part of a sharded optimizer state (ZeRO). Piece p covers the elements
 // [begin, begin + numel) of the flattened parameter `name` (whole shape `shape`); `tensors`
 // holds, for each piece, its 1-D state tensors "<name>.<state>" (exp_avg, exp_avg_sq,
-// momentum_buffer) of numel elements.
+// momentum_buffer) of numel elements. `params`, when the rank holds only pieces of the
+// parameters themselves (ZeRO 3), holds for each piece the same range of the parameter:
+// params[name] a 1-D f32 tensor of numel elements (stored in the shard file as
+// "model/<name>"); either empty (ZeRO 1/2: the model is saved whole) or one for every piece.
 struct OptimizerShard {
   struct Piece {
     std::string name;
@@ -67,6 +79,7 @@ struct OptimizerShard {
   };
   std::vector<Piece> pieces;
   std::map<std::string, Tensor> tensors;
+  std::map<std::string, Tensor> params;
 };
 
 // A written shard file: its name inside the checkpoint directory, size and CRC32.
@@ -80,7 +93,8 @@ struct TrainingState {
   int64_t step = 0;                           // optimizer steps completed = next step index
   std::map<std::string, Tensor> model;        // model weights
   Metadata model_metadata;                    // __metadata__ of model.safetensors (with
-                                              // model_parts: kept in the manifest)
+                                              // model_parts or model_in_shards: kept in
+                                              // the manifest)
   std::map<std::string, Tensor> optimizer;    // optimizer state tensors (whole; on load
                                               // assembled from the shards when sharded)
   // Save with sharded state: the shard files the ranks wrote (rank order); `optimizer` is
@@ -102,6 +116,12 @@ struct TrainingState {
   // order (model_parts.size() == tp_size); `model` is then unused, and so is `optimizer` (the
   // parts hold it, or optimizer_shards do). On load: the part files the checkpoint has.
   std::vector<ShardFileInfo> model_parts;
+  // Save with the parameters in the shards (ZeRO 3: every rank wrote OptimizerShard::params):
+  // needs optimizer_shards and no model_parts; `model` is then unused, no model.safetensors is
+  // written, and the manifest records "model_in_shards": true and model_metadata (and, when
+  // tp_size > 1, tp_size and the cuts; the shards' pieces are then ranges of LOCAL tensors).
+  // On load: true when the checkpoint's model came from its shards (`model` is whole anyway).
+  bool model_in_shards = false;
   // The run's configuration (free-form JSON object the caller builds and compares; the
   // trainer records the data layout micro_batch/grad_accum/dp/seed and every setting that
   // changes the arithmetic).
@@ -122,7 +142,10 @@ std::string checkpoint_name(int64_t step);
 // records tp_size, the cuts and model_metadata (InputError when a part is missing or the parts
 // are not model_part_file_name(0..tp_size-1, tp_size)). Afterwards keeps the
 // newest `keep_last` complete checkpoints and deletes older step_* directories. Returns the
-// checkpoint's path. IoError on write failures. `before_manifest`, when set, runs once every
+// checkpoint's path. With state.model_in_shards (and optimizer_shards) set, the shards hold the
+// model too: no model.safetensors is written, the manifest records model_in_shards and
+// model_metadata. InputError when model_in_shards is set without optimizer_shards or together
+// with model_parts. IoError on write failures. `before_manifest`, when set, runs once every
 // tensor file of the checkpoint is on disk and before the manifest is written: the point
 // where a killed save leaves an incomplete step_<N> (the trainer's fault-injection hook,
 // PARATRAIN_TEST_KILL_IN_SAVE).
@@ -143,8 +166,10 @@ std::string optimizer_shard_file_name(int rank, int world_size);
 // parallelism (tp_size > 1; `rank`, `world_size` are then the world's) the pieces are ranges
 // of the rank's LOCAL tensors (their shapes the local shapes), and tp_index / tp_size are
 // recorded in the metadata too, so that the load assembles each tp index's local tensors
-// from its ranks' pieces before joining them across tp. InputError when tp_index is not in
-// [0, tp_size).
+// from its ranks' pieces before joining them across tp. shard.params (ZeRO 3) are written
+// under "model/<name>". InputError when tp_index is not in [0, tp_size), a state tensor's
+// name starts with "model/", or shard.params is neither empty nor one 1-D f32 tensor of the
+// piece's numel for every piece (a name of no piece, a piece without one, a wrong size).
 ShardFileInfo write_optimizer_shard(const std::string& dir, int64_t step, int rank, int world_size,
                                     const OptimizerShard& shard, int64_t optimizer_steps, int tp_index = 0,
                                     int tp_size = 1);
@@ -205,7 +230,12 @@ void verify_training_state(const std::string& ckpt_dir);
 // the padding dropped), with ZeRO each tp index's local tensors first assembled from its
 // pieces; tp_size, cuts and model_parts are filled in. InputError ("damaged", naming the file
 // or tensor) when a part's metadata disagrees with the manifest (format, tp index, tp size,
-// cuts), a cut tensor is missing from a part, or the parts cannot be joined.
+// cuts), a cut tensor is missing from a part, or the parts cannot be joined. A checkpoint with
+// "model_in_shards" has its model assembled from the shards' "model/<name>" pieces exactly as
+// the optimizer state is (whole local shape, every element exactly once, then joined across tp
+// along the cuts; a replicated tensor from the lowest tp index holding it), model_metadata taken
+// from the manifest and model_in_shards set; InputError ("damaged") when a shard lacks the model
+// tensor of one of its pieces, or holds "model/" tensors the manifest does not expect.
 TrainingState load_training_state(const std::string& ckpt_dir);
 
 // CRC32 (zlib) of a file's bytes, as 8 lower-case hex digits; IoError if unreadable.
