@@ -235,7 +235,9 @@ void verify_training_state(const std::string& ckpt_dir);
 // the optimizer state is (whole local shape, every element exactly once, then joined across tp
 // along the cuts; a replicated tensor from the lowest tp index holding it), model_metadata taken
 // from the manifest and model_in_shards set; InputError ("damaged") when a shard lacks the model
-// tensor of one of its pieces, or holds "model/" tensors the manifest does not expect.
+// tensor of one of its pieces, or holds "model/" tensors the manifest does not expect. (As for
+// the optimizer state, a parameter of which no shard lists any piece is just absent from
+// `model`: the caller's load into its module names it.)
 TrainingState load_training_state(const std::string& ckpt_dir);
 
 // CRC32 (zlib) of a file's bytes, as 8 lower-case hex digits; IoError if unreadable.
