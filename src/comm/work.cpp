@@ -22,6 +22,7 @@ void Work::finish(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> l(mu_);
     error_ = error;
+    finished_at_ = std::chrono::steady_clock::now();
     done_.store(true, std::memory_order_release);
   }
   cv_.notify_all();

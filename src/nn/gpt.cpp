@@ -74,6 +74,10 @@ GPTBlock::GPTBlock(const GPTConfig& cfg, Generator& gen) {
 }
 
 Tensor GPTBlock::forward(const Tensor& x) const {
+  return wrapped_forward(x, [this](const Tensor& in) { return body(in); });
+}
+
+Tensor GPTBlock::body(const Tensor& x) const {
   Tensor a = attn->forward(ln_1->forward(x));
   Tensor x1 = ops::add(x, drop->forward(a));
   Tensor m = mlp->forward(ln_2->forward(x1));
@@ -114,6 +118,10 @@ GPT::GPT(const GPTConfig& cfg, uint64_t seed) : cfg_(cfg), gen_(seed) {
 }
 
 Tensor GPT::hidden(const Tensor& tokens) const {
+  return wrapped_forward(tokens, [this](const Tensor& t) { return hidden_states(t); });
+}
+
+Tensor GPT::hidden_states(const Tensor& tokens) const {
   if (tokens.dim() != 2) PT_THROW(InputError, "GPT input must be (B,T) token ids, got ", shape_str(tokens.shape()));
   if (tokens.size(1) > cfg_.block_size)
     PT_THROW(InputError, "sequence length ", tokens.size(1), " exceeds the block size ", cfg_.block_size);
@@ -122,8 +130,12 @@ Tensor GPT::hidden(const Tensor& tokens) const {
   return ln_f->forward(x);
 }
 
-Tensor GPT::forward(const Tensor& tokens) const { return wte->tied_logits(hidden(tokens)); }
+Tensor GPT::forward(const Tensor& tokens) const {
+  return wrapped_forward(tokens, [this](const Tensor& t) { return wte->tied_logits(hidden_states(t)); });
+}
 
-Tensor GPT::loss(const Tensor& tokens, const Tensor& targets) const { return wte->tied_loss(hidden(tokens), targets); }
+Tensor GPT::loss(const Tensor& tokens, const Tensor& targets) const {
+  return wrapped_forward(tokens, [&](const Tensor& t) { return wte->tied_loss(hidden_states(t), targets); });
+}
 
 }  // namespace paratrain::nn

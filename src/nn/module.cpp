@@ -94,4 +94,20 @@ void Module::replace_module(const std::string& name, std::shared_ptr<Module> m) 
   PT_THROW(InputError, "replace_module: no child module named '", name, "'");
 }
 
+void Module::add_forward_wrapper(ForwardWrapper w) {
+  if (!supports_forward_wrappers())
+    PT_THROW(InputError, "add_forward_wrapper: this module's forward does not run wrappers (only GPTBlock and GPT do)");
+  wrappers_.push_back(std::move(w));
+}
+
+Tensor Module::wrapped_forward(const Tensor& x, const ForwardBody& body) const {
+  if (wrappers_.empty()) return body(x);
+  // wrappers_[0] sits right around the body, the last one outermost.
+  std::function<Tensor(size_t, const Tensor&)> run = [&](size_t depth, const Tensor& in) -> Tensor {
+    if (depth == 0) return body(in);
+    return wrappers_[depth - 1](in, [&](const Tensor& y) { return run(depth - 1, y); });
+  };
+  return run(wrappers_.size(), x);
+}
+
 }  // namespace paratrain::nn

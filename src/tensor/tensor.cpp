@@ -23,6 +23,14 @@ Storage::~Storage() {
   }
 }
 
+void Storage::rebind(void* p) {
+  if (owned_ && data_) allocator_for(device_).deallocate(data_, nbytes_);
+  if (!owned_ && deleter_) deleter_(data_);
+  owned_ = false;
+  deleter_ = nullptr;
+  data_ = p;
+}
+
 // ---------------- helpers ----------------
 std::string shape_str(const Shape& s) {
   std::ostringstream os;

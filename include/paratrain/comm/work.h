@@ -44,6 +44,12 @@ class Work {
   std::string error_message() const;
   // "allreduce #12 f32 x 1024 (4096 bytes)".
   const std::string& description() const;
+  // When the operation finished (steady clock; meaningful once is_completed()): how overlap
+  // is measured (the caller knows when it issued the call and when it began to wait).
+  std::chrono::steady_clock::time_point finished_at() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return finished_at_;
+  }
 
   // ---- for backends ----
   void finish(std::exception_ptr error = nullptr);
@@ -57,6 +63,7 @@ class Work {
   mutable std::mutex describe_mu_;
   std::atomic<bool> done_{false};
   std::exception_ptr error_;
+  std::chrono::steady_clock::time_point finished_at_{};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::function<void(Work*)> helper_;

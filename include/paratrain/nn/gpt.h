@@ -57,11 +57,16 @@ class GPTMLP : public Module {
 class GPTBlock : public Module {
  public:
   GPTBlock(const GPTConfig& cfg, Generator& gen);
+  // Runs the block inside its forward wrappers (Module::add_forward_wrapper).
   Tensor forward(const Tensor& x) const;
+  bool supports_forward_wrappers() const override { return true; }
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<GPTMLP> mlp;
   std::shared_ptr<Dropout> drop;
+
+ private:
+  Tensor body(const Tensor& x) const;
 };
 
 class GPT : public Module {
@@ -77,6 +82,9 @@ class GPT : public Module {
   Tensor loss(const Tensor& tokens, const Tensor& targets) const;
   // The final hidden states (B,T,C), before the LM head.
   Tensor hidden(const Tensor& tokens) const;
+  // forward, loss and hidden each run inside the model's forward wrappers (the wrapper's
+  // input is the token tensor).
+  bool supports_forward_wrappers() const override { return true; }
   // The generator dropout draws its masks from (its state goes into training checkpoints).
   Generator& generator() { return gen_; }
 
@@ -85,6 +93,7 @@ class GPT : public Module {
   std::shared_ptr<LayerNorm> ln_f;
 
  private:
+  Tensor hidden_states(const Tensor& tokens) const;
   GPTConfig cfg_;
   Generator gen_;
 };

@@ -8,6 +8,7 @@
 // Not thread-safe: one thread builds and trains a module.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -51,8 +52,22 @@ class Module {
   // child. InputError when there is no such child.
   void replace_module(const std::string& name, std::shared_ptr<Module> m);
 
+  // Code that runs around this module's forward: fully sharded data parallelism gathers a
+  // unit's parameters before it and frees them after (parallel/fsdp.h). A wrapper gets the
+  // input and the body (the module's own forward, with any wrapper added earlier inside it)
+  // and returns what the body returns, having called it once. Only modules whose forward
+  // goes through wrapped_forward() honour wrappers (GPTBlock, GPT); add_forward_wrapper on
+  // another module is an InputError, so a wrapper never silently does nothing.
+  using ForwardBody = std::function<Tensor(const Tensor&)>;
+  using ForwardWrapper = std::function<Tensor(const Tensor& x, const ForwardBody& body)>;
+  void add_forward_wrapper(ForwardWrapper w);
+  void clear_forward_wrappers() { wrappers_.clear(); }
+  virtual bool supports_forward_wrappers() const { return false; }
+
  protected:
   Tensor& register_parameter(const std::string& name, Tensor t);
+  // body(x), run inside the wrappers (the last added outermost).
+  Tensor wrapped_forward(const Tensor& x, const ForwardBody& body) const;
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     children_.emplace_back(name, m);
@@ -65,6 +80,7 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  std::vector<ForwardWrapper> wrappers_;
 };
 
 }  // namespace paratrain::nn

@@ -48,6 +48,13 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
+  // Points this storage at memory someone else manages, `p` (at least nbytes() bytes), or at
+  // nothing (nullptr), releasing memory it owned. Every tensor on this storage, views and
+  // tensors saved by autograd included, sees the new memory: how fully sharded data
+  // parallelism frees a parameter after its forward and gathers it into a flat buffer again.
+  // Reading a tensor while its storage points at nothing is the caller's error.
+  void rebind(void* p);
+
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
