@@ -65,6 +65,7 @@
 #include "paratrain/comm/process_group.h"
 #include "paratrain/nn/module.h"
 #include "paratrain/parallel/grad_compression.h"
+#include "paratrain/parallel/gradient_shards.h"
 
 namespace paratrain::parallel {
 
@@ -89,16 +90,17 @@ struct DdpStepStats {
   int64_t bytes_uncompressed = 0;  // what f32 buckets would have been (= bytes without compress)
 };
 
-class DistributedDataParallel {
+class DistributedDataParallel : public GradientShards {
  public:
   // Collective over `pg` (may be null: one process). Throws InputError on a parameter
   // mismatch across ranks or a non-f32 parameter.
   DistributedDataParallel(nn::Module& module, std::shared_ptr<comm::ProcessGroup> pg, DdpOptions options = {});
-  ~DistributedDataParallel();
+  ~DistributedDataParallel() override;
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
-  nn::Module& module() { return module_; }
+  nn::Module& module() override { return module_; }
+  const nn::Module& module() const override { return module_; }
   int rank() const;
   int world_size() const;
   const DdpOptions& options() const;
@@ -140,26 +142,19 @@ class DistributedDataParallel {
   bool buckets_rebuilt() const;
 
   // ---- ZeRO (zero_stage 1|2) ----
-  // A piece of a parameter this rank owns: the intersection of the parameter's elements with
-  // this rank's block of its bucket (at most one piece per parameter and rank).
-  struct ShardPiece {
-    std::string name;   // the parameter's name
-    Tensor param;       // 1-D view of the parameter's elements [begin, begin + numel)
-    Tensor grad;        // 1-D view of the same elements of this rank's reduced gradient shard
-                        // (valid from finish() to the next zero_grad())
-    int64_t begin = 0;  // first element of the piece in the flattened parameter
-    Shape shape;        // the whole parameter's shape
-  };
+  using ShardPiece = parallel::ShardPiece;
   // This rank's pieces, in bucket order (empty unless zero_stage > 0).
-  std::vector<ShardPiece> shard_pieces() const;
+  std::vector<ShardPiece> shard_pieces() const override;
   // After this rank's pieces were updated in place: gathers every rank's block of every
   // bucket so each parameter is whole and identical on all ranks. Collective; deadline as
   // finish(). A no-op without communication.
   void allgather_parameters();
+  void publish_parameters() override { allgather_parameters(); }
+  int zero_stage() const override;
   // Bytes of gradient buffers this rank holds now (buckets, accumulators, shards).
-  int64_t gradient_bytes() const;
+  int64_t gradient_bytes() const override;
   // The group it reduces over (null: one process).
-  const std::shared_ptr<comm::ProcessGroup>& process_group() const;
+  const std::shared_ptr<comm::ProcessGroup>& process_group() const override;
 
   struct Impl;
 

@@ -1,5 +1,8 @@
-// ZeRO stages 1 and 2: optimizer state (stage 1) and gradients (stage 2) sharded over the
-// data-parallel ranks, with results equal to plain data parallelism (docs/ddp.md, "ZeRO").
+// ZeRO stages 1, 2 and 3: optimizer state (stage 1), gradients (stage 2) and parameters
+// (stage 3, fsdp.h) sharded over the data-parallel ranks, with results equal to plain data
+// parallelism (docs/ddp.md, "ZeRO"). ZeroOptimizer drives any GradientShards
+// (gradient_shards.h): DistributedDataParallel with zero_stage 1|2, described below, or
+// FullyShardedDataParallel (stage 3), whose pieces are views into its parameter shards.
 //
 // Layout. DistributedDataParallel built with DdpOptions::zero_stage = 1|2 pads each gradient
 // bucket to W equal blocks (W = world size); rank r owns block r of every bucket, i.e. one
@@ -11,7 +14,7 @@
 //   ddp.zero_grad();  backward...;  ddp.finish();  // reduce-scatter: this rank's shard of the mean
 //   const double norm = zero.grad_norm();           // collective: the global L2 norm
 //   zero.clip_grad_norm(max_norm, norm);            // torch's rule, on the shard
-//   zero.step();                                    // update own pieces, all-gather parameters
+//   zero.step();                                    // update own pieces, publish_parameters()
 //
 // The inner optimizer (optim::AdamW, optim::SGD, ...) is an ordinary one built over
 // zero_pieces(ddp): 1-D views of the owned elements, each with .grad a view of the gradient
@@ -26,7 +29,7 @@
 // assembles it from any number of shards, and keeps this rank's pieces, so a run may resume on
 // another number of ranks.
 //
-// Thread-safety: as DistributedDataParallel (one thread drives it). Lifetime: ddp and the
+// Thread-safety: as the wrapper (one thread drives it). Lifetime: the wrapper and the
 // optimizer must outlive it.
 #pragma once
 
@@ -39,13 +42,14 @@
 #include "paratrain/checkpoint/training_state.h"
 #include "paratrain/optim/optimizer.h"
 #include "paratrain/parallel/ddp.h"
+#include "paratrain/parallel/gradient_shards.h"
 
 namespace paratrain::parallel {
 
 // This rank's pieces of the parameters as named 1-D tensors (the parameters' names), each
 // with .grad the matching view of the rank's gradient shard: what the inner optimizer of a
-// ZeroOptimizer is built over. InputError unless ddp was built with zero_stage 1 or 2.
-optim::NamedParams zero_pieces(DistributedDataParallel& ddp);
+// ZeroOptimizer is built over. InputError when nothing is sharded (zero_stage 0).
+optim::NamedParams zero_pieces(GradientShards& shards);
 
 // Memory of one rank, bytes.
 struct ZeroMemory {
@@ -57,8 +61,8 @@ struct ZeroMemory {
 
 class ZeroOptimizer {
  public:
-  // `opt` must have been built over zero_pieces(ddp), in that order (InputError otherwise).
-  ZeroOptimizer(DistributedDataParallel& ddp, optim::Optimizer& opt);
+  // `opt` must have been built over zero_pieces(shards), in that order (InputError otherwise).
+  ZeroOptimizer(GradientShards& shards, optim::Optimizer& opt);
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
@@ -71,8 +75,8 @@ class ZeroOptimizer {
   // Scales the shard by min(1, max_norm / (norm + 1e-6)) when norm > max_norm (as
   // optim::clip_grad_norm; max_norm <= 0 = off). Local.
   void clip_grad_norm(double max_norm, double norm);
-  // The inner optimizer's step on this rank's pieces, then ddp.allgather_parameters().
-  // Collective.
+  // The inner optimizer's step on this rank's pieces, then shards.publish_parameters()
+  // (collective for stages 1 and 2).
   void step();
 
   // This rank's optimizer state and where each piece sits in its parameter.
@@ -86,10 +90,10 @@ class ZeroOptimizer {
   ZeroMemory memory() const;
 
  private:
-  DistributedDataParallel& ddp_;
+  GradientShards& shards_;
   optim::Optimizer& opt_;
   int stage_ = 0;
-  std::vector<DistributedDataParallel::ShardPiece> pieces_;
+  std::vector<ShardPiece> pieces_;
 };
 
 }  // namespace paratrain::parallel

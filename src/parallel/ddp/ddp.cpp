@@ -25,8 +25,14 @@
 
 #include "paratrain/autograd/engine.h"
 #include "paratrain/base/error.h"
+#include "parallel/flat_ops.h"
+#include "parallel/same_model.h"
 
 namespace paratrain::parallel {
+
+using detail::move_add;
+using detail::scale;
+using detail::wait_work;
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -34,42 +40,7 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-std::string describe(const std::string& name, const Tensor& t) {
-  return name + " " + dtype_name(t.dtype()) + " [" + shape_str(t.shape()) + "]";
-}
-
-// acc += g; g = 0 (contiguous f32, n elements). Elementwise, so the thread split does not
-// change a single bit.
-void move_add(float* acc, float* g, int64_t n) {
-#pragma omp parallel for simd if (n > (1 << 16)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    acc[i] += g[i];
-    g[i] = 0.0f;
-  }
-}
-
-void scale(float* p, int64_t n, float s) {
-#pragma omp parallel for simd if (n > (1 << 16)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) p[i] *= s;
-}
-
-void wait_work(const comm::WorkPtr& w, double timeout_s) {
-  if (!w) return;
-  w->wait(std::chrono::milliseconds(timeout_s > 0 ? static_cast<int64_t>(timeout_s * 1000) : 0));
-}
 }  // namespace
-
-uint64_t parameter_fingerprint(const std::string& name, const Tensor& t) {
-  return fnv1a(name + "|" + dtype_name(t.dtype()) + "|" + shape_str(t.shape()));
-}
 
 struct DistributedDataParallel::Impl {
   struct Param {
@@ -328,53 +299,9 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared
 
   // ---- every rank must hold the same model: compare fingerprints ----
   if (im.communicates()) {
-    const int n = static_cast<int>(im.params.size());
-    const int W = im.world;
-    std::vector<int64_t> hashes(n);
-    uint64_t all = 1469598103934665603ull;
-    for (int i = 0; i < n; ++i) {
-      const uint64_t h = parameter_fingerprint(im.params[i].name, im.params[i].param);
-      hashes[i] = static_cast<int64_t>(h);
-      all = (all ^ h) * 1099511628211ull;
-    }
-    int64_t mine[2] = {n, static_cast<int64_t>(all)};
-    std::vector<int64_t> summary(2 * W);
-    im.pg->allgather(mine, summary.data(), 2, DType::I64)->wait();
-    bool same = true;
-    int64_t m = n;
-    for (int r = 0; r < W; ++r) {
-      same = same && summary[2 * r] == summary[0] && summary[2 * r + 1] == summary[1];
-      m = std::min(m, summary[2 * r]);
-    }
-    if (!same) {
-      std::vector<int64_t> per(static_cast<size_t>(m) * W);
-      im.pg->allgather(hashes.data(), per.data(), static_cast<size_t>(m), DType::I64)->wait();
-      int64_t idx = m;
-      for (int64_t i = 0; i < m && idx == m; ++i)
-        for (int r = 1; r < W; ++r)
-          if (per[r * m + i] != per[i]) {
-            idx = i;
-            break;
-          }
-      // Each rank's description of parameter #idx, 256 bytes (as 64 i32), gathered.
-      char desc[256] = {};
-      std::string d = idx < n ? describe(im.params[idx].name, im.params[idx].param)
-                              : "nothing (it has only " + std::to_string(n) + " parameters)";
-      std::strncpy(desc, d.c_str(), sizeof(desc) - 1);
-      std::vector<char> descs(256 * W);
-      im.pg->allgather(desc, descs.data(), 64, DType::I32)->wait();
-      std::ostringstream msg;
-      msg << "DistributedDataParallel: the ranks hold different models; first difference at parameter #" << idx
-          << ":";
-      int first_other = -1;
-      for (int r = 1; r < W && first_other < 0; ++r)
-        if (std::strncmp(descs.data() + 256 * r, descs.data(), 256) != 0) first_other = r;
-      if (first_other < 0) first_other = 1;
-      msg << " rank 0 has " << std::string(descs.data(), strnlen(descs.data(), 255)) << ", rank " << first_other
-          << " has " << std::string(descs.data() + 256 * first_other, strnlen(descs.data() + 256 * first_other, 255))
-          << " (every rank must build the same model: names, shapes and dtypes)";
-      PT_THROW(InputError, msg.str());
-    }
+    std::vector<std::pair<std::string, Tensor>> named;
+    for (const auto& p : im.params) named.emplace_back(p.name, p.param);
+    detail::check_same_model(*im.pg, named, "DistributedDataParallel");
     if (options.broadcast_parameters) {
       std::vector<comm::WorkPtr> works;
       for (auto& p : im.params)
@@ -532,25 +459,18 @@ void DistributedDataParallel::finish() {
   for (auto& p : im.params) p.passes = 0;
 }
 
-std::vector<DistributedDataParallel::ShardPiece> DistributedDataParallel::shard_pieces() const {
+std::vector<ShardPiece> DistributedDataParallel::shard_pieces() const {
   const Impl& im = *impl_;
   std::vector<ShardPiece> out;
   if (im.opts.zero_stage == 0) return out;
-  for (const auto& b : im.buckets) {
-    const int64_t lo_r = im.rank * b.shard_len, hi_r = lo_r + b.shard_len;
+  for (const auto& b : im.buckets)
     for (int i : b.params) {
       const auto& p = im.params[i];
-      const int64_t lo = std::max(p.offset, lo_r), hi = std::min(p.offset + p.param.numel(), hi_r);
-      if (lo >= hi) continue;
-      ShardPiece piece;
-      piece.name = p.name;
-      piece.param = p.param.view({-1}).narrow(0, lo - p.offset, hi - lo);
-      piece.grad = b.shard.narrow(0, lo - lo_r, hi - lo);
-      piece.begin = lo - p.offset;
-      piece.shape = p.param.shape();
-      out.push_back(std::move(piece));
+      const auto own = detail::owned_range(p.offset, p.param.numel(), im.rank, b.shard_len);
+      if (own.count == 0) continue;
+      out.push_back({p.name, p.param.view({-1}).narrow(0, own.begin, own.count), b.shard.narrow(0, own.at, own.count),
+                     own.begin, p.param.shape()});
     }
-  }
   return out;
 }
 
@@ -579,13 +499,12 @@ void DistributedDataParallel::allgather_parameters() {
     for (int bi = 0; bi < static_cast<int>(im.buckets.size()); ++bi) {
       const auto& b = im.buckets[bi];
       InFlight f{bi, Tensor::zeros({b.shard_len}), Tensor::empty({b.shard_len * im.world}), nullptr};
-      const int64_t lo_r = im.rank * b.shard_len, hi_r = lo_r + b.shard_len;
       float* send = f.send.data<float>();
       for (int i : b.params) {
         const auto& p = im.params[i];
-        const int64_t lo = std::max(p.offset, lo_r), hi = std::min(p.offset + p.param.numel(), hi_r);
-        if (lo < hi)
-          std::memcpy(send + (lo - lo_r), p.param.data<float>() + (lo - p.offset), static_cast<size_t>(hi - lo) * 4);
+        const auto own = detail::owned_range(p.offset, p.param.numel(), im.rank, b.shard_len);
+        if (own.count > 0)
+          std::memcpy(send + own.at, p.param.data<float>() + own.begin, static_cast<size_t>(own.count) * 4);
       }
       f.work = im.pg->allgather(f.send.data_ptr(), f.all.data_ptr(), static_cast<size_t>(b.shard_len), DType::F32);
       q.push_back(std::move(f));
@@ -607,6 +526,8 @@ void DistributedDataParallel::allgather_parameters() {
 }
 
 const std::shared_ptr<comm::ProcessGroup>& DistributedDataParallel::process_group() const { return impl_->pg; }
+
+int DistributedDataParallel::zero_stage() const { return impl_->opts.zero_stage; }
 
 int64_t DistributedDataParallel::gradient_bytes() const {
   int64_t n = 0;

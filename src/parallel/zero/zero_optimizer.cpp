@@ -8,8 +8,9 @@
 //      rank order, so every rank gets the same norm.
 //   2. clip_grad_norm(): the pieces' gradients are scaled, as optim::clip_grad_norm.
 //   3. step(): the inner optimizer updates the pieces -- 1-D views into the parameters'
-//      memory -- with the same kernel and per-element arithmetic as the unsharded optimizer;
-//      then ddp.allgather_parameters() copies every rank's block back into every parameter.
+//      memory (stage 3: into the parameter shards) -- with the same kernel and per-element
+//      arithmetic as the unsharded optimizer; then publish_parameters() (stages 1/2: every
+//      rank's block is all-gathered back into every parameter; stage 3: nothing).
 #include "paratrain/parallel/zero.h"
 
 #include "parallel/rank_sum.h"
@@ -25,11 +26,11 @@
 namespace paratrain::parallel {
 
 
-optim::NamedParams zero_pieces(DistributedDataParallel& ddp) {
-  if (ddp.options().zero_stage == 0)
+optim::NamedParams zero_pieces(GradientShards& shards) {
+  if (shards.zero_stage() == 0)
     PT_THROW(InputError, "zero_pieces: DistributedDataParallel was built without zero_stage (1 or 2)");
   optim::NamedParams out;
-  for (auto& piece : ddp.shard_pieces()) {
+  for (auto& piece : shards.shard_pieces()) {
     Tensor p = piece.param;
     p.set_grad(piece.grad);
     out.emplace_back(piece.name, p);
@@ -37,8 +38,8 @@ optim::NamedParams zero_pieces(DistributedDataParallel& ddp) {
   return out;
 }
 
-ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, optim::Optimizer& opt)
-    : ddp_(ddp), opt_(opt), stage_(ddp.options().zero_stage), pieces_(ddp.shard_pieces()) {
+ZeroOptimizer::ZeroOptimizer(GradientShards& shards, optim::Optimizer& opt)
+    : shards_(shards), opt_(opt), stage_(shards.zero_stage()), pieces_(shards.shard_pieces()) {
   if (stage_ == 0) PT_THROW(InputError, "ZeroOptimizer: DistributedDataParallel was built without zero_stage (1 or 2)");
   const auto& ps = opt.params();
   bool same = ps.size() == pieces_.size();
@@ -46,7 +47,7 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, optim::Optimizer& opt
     same = ps[i].first == pieces_[i].name && ps[i].second.data_ptr() == pieces_[i].param.data_ptr() &&
            ps[i].second.numel() == pieces_[i].param.numel();
   if (!same)
-    PT_THROW(InputError, "ZeroOptimizer: the optimizer must be built over zero_pieces(ddp) (", ps.size(),
+    PT_THROW(InputError, "ZeroOptimizer: the optimizer must be built over zero_pieces(shards) (", ps.size(),
              " parameters given, this rank owns ", pieces_.size(), " pieces)");
   std::vector<int64_t> dims;
   for (const auto& p : pieces_) dims.push_back(static_cast<int64_t>(p.shape.size()));
@@ -56,7 +57,7 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, optim::Optimizer& opt
 double ZeroOptimizer::grad_norm() {
   double sq = 0.0;
   for (const auto& p : pieces_) sq += kernels::kernel(&kernels::Registry::sum_squares, p.grad)(p.grad.data<float>(), p.grad.numel());
-  sq = detail::sum_in_rank_order(ddp_.process_group().get(), sq);
+  sq = detail::sum_in_rank_order(shards_.process_group().get(), sq);
   return std::sqrt(sq);
 }
 
@@ -68,7 +69,7 @@ void ZeroOptimizer::clip_grad_norm(double max_norm, double norm) {
 
 void ZeroOptimizer::step() {
   opt_.step();
-  ddp_.allgather_parameters();
+  shards_.publish_parameters();
 }
 
 checkpoint::OptimizerShard ZeroOptimizer::shard_state() const {
@@ -80,7 +81,7 @@ checkpoint::OptimizerShard ZeroOptimizer::shard_state() const {
 
 void ZeroOptimizer::load_state(const std::map<std::string, Tensor>& full, int64_t steps_taken) {
   // Which state tensors a piece has: the names the inner optimizer itself reports.
-  std::unordered_map<std::string, const DistributedDataParallel::ShardPiece*> by_name;
+  std::unordered_map<std::string, const ShardPiece*> by_name;
   for (const auto& p : pieces_) by_name[p.name] = &p;
   std::map<std::string, Tensor> mine;
   for (const auto& [key, cur] : opt_.state_dict()) {
@@ -101,14 +102,14 @@ ZeroMemory ZeroOptimizer::memory() const {
   ZeroMemory m;
   int64_t owned = 0, total = 0;
   for (const auto& p : pieces_) owned += p.param.numel();
-  for (const auto& [name, t] : ddp_.module().named_parameters())
+  for (const auto& [name, t] : shards_.module().named_parameters())
     if (t.requires_grad()) total += t.numel();
   for (const auto& [key, t] : opt_.state_dict()) m.optimizer_bytes += static_cast<int64_t>(t.nbytes());
   // AdamW and SGD keep the same state for every element, so the unsharded size scales.
   if (owned > 0)
     m.optimizer_unsharded_bytes =
         static_cast<int64_t>(static_cast<double>(m.optimizer_bytes) * static_cast<double>(total) / static_cast<double>(owned));
-  m.gradient_bytes = ddp_.gradient_bytes();
+  m.gradient_bytes = shards_.gradient_bytes();
   m.gradient_shard_bytes = owned * static_cast<int64_t>(sizeof(float));
   return m;
 }
