@@ -64,7 +64,7 @@ CastPolicy autocast_policy(std::string_view op) {
 }
 
 Tensor WeightCastCache::get(const Tensor& p, DType t) {
-  Entry& e = entries_[p.data_ptr()];
+  Entry& e = entries_[Key{p.storage().get(), p.offset()}];
   if (!e.half.defined() || e.half.dtype() != t || e.half.shape() != p.shape()) {
     e.half = Tensor::empty(p.shape(), t, p.device());
     e.fresh = false;

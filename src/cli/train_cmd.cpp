@@ -66,7 +66,12 @@ int run_train(int argc, char** argv) {
   app.add_option("--bucket-mb", c.bucket_mb, "DDP gradient bucket size in MiB");
   app.add_option("--zero", c.zero,
                  "ZeRO stage: 0 = off, 1 = shard the optimizer state over the data-parallel ranks, 2 = also the "
-                 "gradients (docs/ddp.md)");
+                 "gradients, 3 = also the parameters (fully sharded, GPT models; docs/ddp.md)");
+  app.add_flag("--zero3-reshard-after-forward,!--no-zero3-reshard-after-forward", c.zero3_reshard_after_forward,
+               "--zero 3: free a block's gathered parameters after its forward (default; off keeps them until its "
+               "backward: one gather less per block, more memory)");
+  app.add_option("--zero3-prefetch", c.zero3_prefetch,
+                 "--zero 3: blocks whose all-gather is issued ahead of the one computing (default 1, 0 = none)");
   app.add_option("--compress", c.compress, "gradient compression on the wire: none | fp16 | bf16 | powersgd (docs/ddp.md)")
       ->check(CLI::IsMember({"none", "fp16", "bf16", "powersgd"}));
   app.add_option("--powersgd-rank", c.powersgd_rank, "PowerSGD: rank r; an n x m gradient is sent as r(n+m) values");

@@ -31,6 +31,7 @@
 #include "paratrain/nn/gpt.h"
 #include "paratrain/optim/optimizer.h"
 #include "paratrain/parallel/ddp.h"
+#include "paratrain/parallel/fsdp.h"
 #include "paratrain/parallel/zero.h"
 #include "paratrain/parallel/grad_compression.h"
 #include "paratrain/parallel/load_balancer.h"
@@ -269,9 +270,9 @@ void validate(const TrainConfig& c) {
   if (c.dp < 0 || c.tp < 0 || c.pp < 0)
     PT_THROW(InputError, "--dp ", c.dp, " --tp ", c.tp, " --pp ", c.pp, ": sizes must be positive (0 = derived)");
   if (!(c.bucket_mb > 0)) PT_THROW(InputError, "--bucket-mb must be positive, got ", c.bucket_mb);
-  if (c.zero < 0 || c.zero > 2)
-    PT_THROW(InputError, "--zero must be 0, 1 or 2 (0 = off, 1 = shard the optimizer state, 2 = also the gradients), got ",
-             c.zero);
+  if (c.zero < 0 || c.zero > 3)
+    PT_THROW(InputError, "--zero must be 0, 1, 2 or 3 (0 = off, 1 = shard the optimizer state, 2 = also the gradients, "
+             "3 = also the parameters), got ", c.zero);
   compress_options(c.compress, c.powersgd_rank, c.powersgd_start_iter, c.seed, c.deterministic);  // InputError if bad
   amp::parse_precision(c.precision);  // InputError if bad
   if (!c.loss_scale.empty()) amp::LossScalerOptions::parse(c.loss_scale);
@@ -290,6 +291,12 @@ void validate(const TrainConfig& c) {
   if (c.checkpoint_dir.empty() && c.resume) PT_THROW(InputError, "--resume needs --checkpoint-dir DIR");
   if (!is_gpt(c.model) && c.model != "mlp" && c.model != "cnn")
     PT_THROW(InputError, "unknown --model '", c.model, "' (expected gpt-nano, gpt-mini, gpt2-124m, gpt, mlp or cnn)");
+  if (c.zero == 3 && !is_gpt(c.model))
+    PT_THROW(InputError, "--zero 3 shards the GPT models block by block, not --model ", c.model, " (use --zero 1 or 2)");
+  if (c.zero == 3 && c.compress != "none")
+    PT_THROW(InputError, "--compress ", c.compress,
+             " cannot be combined with --zero (ZeRO reduce-scatters f32 shards; compression replaces all-reduce)");
+  if (c.zero3_prefetch < 0) PT_THROW(InputError, "--zero3-prefetch must not be negative, got ", c.zero3_prefetch);
 }
 
 // What a checkpoint records about the run: the data layout, and every setting that changes
@@ -520,7 +527,16 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   const TensorParallelPlan plan =
       gpt ? parallelize_gpt(static_cast<GptTask&>(*task).gpt(), mesh.tp(), {cfg.sequence_parallel}) : TensorParallelPlan();
   std::unique_ptr<DistributedDataParallel> ddp;
-  if (mesh.dp() || cfg.deterministic || cfg.zero > 0) {
+  std::unique_ptr<FullyShardedDataParallel> fsdp;  // --zero 3: the parameters sharded too, block by block
+  if (cfg.zero == 3) {
+    FsdpOptions o;
+    o.deterministic = cfg.deterministic;
+    o.reshard_after_forward = cfg.zero3_reshard_after_forward;
+    o.prefetch = cfg.zero3_prefetch;
+    std::vector<nn::Module*> units;
+    for (auto& block : static_cast<GptTask&>(*task).gpt().h) units.push_back(block.get());
+    fsdp = std::make_unique<FullyShardedDataParallel>(model, units, mesh.dp(), o);  // dp rank 0's weights
+  } else if (mesh.dp() || cfg.deterministic || cfg.zero > 0) {
     DdpOptions o;
     o.deterministic = cfg.deterministic;
     o.zero_stage = cfg.zero;  // ZeRO: gradients reduce-scattered into per-rank shards
@@ -531,8 +547,9 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   }
 
   auto params = model.named_parameters();
-  // ZeRO (--zero 1|2): the optimizer holds state for, and updates, this rank's pieces only.
-  const optim::NamedParams opt_params = cfg.zero > 0 ? zero_pieces(*ddp) : params;
+  GradientShards* shards = fsdp ? static_cast<GradientShards*>(fsdp.get()) : cfg.zero > 0 ? ddp.get() : nullptr;
+  // ZeRO (--zero 1|2|3): the optimizer holds state for, and updates, this rank's pieces only.
+  const optim::NamedParams opt_params = shards ? zero_pieces(*shards) : params;
   std::unique_ptr<optim::Optimizer> opt;
   if (cfg.optimizer == "adamw") {
     optim::AdamWOptions o;
@@ -544,9 +561,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     opt = std::make_unique<optim::SGD>(opt_params, o);
   }
   std::unique_ptr<ZeroOptimizer> zero;
-  if (cfg.zero > 0) {
-    zero = std::make_unique<ZeroOptimizer>(*ddp, *opt);
-  }
+  if (shards) zero = std::make_unique<ZeroOptimizer>(*shards, *opt);
   // Mixed precision (docs/amp.md): the forward under autocast with the parameters' half
   // copies made once per step; the loss scaler's skip decision is agreed by every rank.
   const DType compute_dtype = amp::parse_precision(cfg.precision);
@@ -554,10 +569,12 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
                                                                   : amp::LossScalerOptions::parse(cfg.loss_scale);
   scaler_options.growth_interval = cfg.loss_scale_growth_interval;
   amp::MixedPrecision mp(compute_dtype, scaler_options);
+  // ZeRO 3 keeps no copy of the whole model across steps: each forward casts what it uses.
+  autograd::WeightCastCache* const half_copies = fsdp ? nullptr : mp.half_copies();
   const int64_t inject_inf_step = test_inject_inf_step(rank);
   // Per rank, gathered after the first step (constant from then on): optimizer state bytes
   // and the gradient buffers held between steps.
-  std::vector<int64_t> mem_optimizer_per_rank, mem_grad_per_rank;
+  std::vector<int64_t> mem_optimizer_per_rank, mem_grad_per_rank, mem_param_per_rank;
   if (resumed) {
     // The checkpoint holds the whole state (any layout saved it); this rank's tensor-parallel
     // part of it, then (ZeRO) its pieces of that.
@@ -598,8 +615,10 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   // (with its optimizer state unless ZeRO shards it); with ZeRO every rank writes its pieces;
   // rank 0 gathers their sizes and CRCs and writes the rest and the manifest last
   // (training_state.h). A later load gets the whole state, for any layout.
+  // ZeRO 3: no rank holds the whole model (or its tensor-parallel part), so every rank's
+  // shard carries its pieces of the parameters too.
   auto save_checkpoint = [&](int64_t done) {
-    const bool parted = plan.size() > 1;
+    const bool parted = plan.size() > 1 && !fsdp;
     if (!zero && !parted) {
       if (rank != 0) return die_if_told(done);  // it writes no file of the checkpoint
       checkpoint::TrainingState st = run_state(done);
@@ -623,7 +642,9 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       info[0] = static_cast<int64_t>(part.bytes), info[1] = crc_bits(part);
     }
     if (zero) {
-      const auto mine = checkpoint::write_optimizer_shard(cfg.checkpoint_dir, done, rank, world, zero->shard_state(),
+      checkpoint::OptimizerShard shard = zero->shard_state();
+      if (fsdp) shard.params = fsdp->parameter_pieces();
+      const auto mine = checkpoint::write_optimizer_shard(cfg.checkpoint_dir, done, rank, world, shard,
                                                           opt->steps_taken(), me.tp, shape.tp);
       info[2] = static_cast<int64_t>(mine.bytes), info[3] = crc_bits(mine);
     }
@@ -640,13 +661,16 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       return checkpoint::ShardFileInfo{std::move(name), static_cast<uint64_t>(all[4 * r + at]), crc};
     };
     checkpoint::TrainingState st = run_state(done);
-    if (parted) {
+    if (parted || (fsdp && shape.tp > 1)) {
       st.tp_size = shape.tp;
       st.cuts = plan.cuts();
-      st.model_parts.resize(static_cast<size_t>(shape.tp));
-    } else {
-      st.model = model.state_dict();
     }
+    if (parted)
+      st.model_parts.resize(static_cast<size_t>(shape.tp));
+    else if (fsdp)
+      st.model_in_shards = true;
+    else
+      st.model = model.state_dict();
     for (int r = 0; r < world; ++r) {
       const MeshCoord c = mesh_coord(r, shape);
       if (parted && c.dp == 0) st.model_parts[c.tp] = file(checkpoint::model_part_file_name(c.tp, shape.tp), r, 0);
@@ -673,6 +697,14 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       o << std::fixed << std::setprecision(2) << static_cast<double>(b) / (1 << 20);
       return o.str();
     };
+    if (fsdp) {
+      const FsdpMemory fm = fsdp->memory();
+      log << "zero 3: per rank, parameters " << mib(fm.parameter_shard_bytes) << " MiB (unsharded "
+          << mib(fm.parameter_bytes) << " MiB), gradient shard " << mib(fm.gradient_shard_bytes) << " MiB, optimizer state "
+          << mib(zm.optimizer_bytes) << " MiB (unsharded " << mib(zm.optimizer_unsharded_bytes) << " MiB); "
+          << fsdp->num_units() << " units gathered one at a time (largest " << mib(fm.largest_unit_bytes) << " MiB)"
+          << (cfg.zero3_reshard_after_forward ? "" : ", kept from forward to backward") << "\n";
+    } else
     log << "zero " << cfg.zero << ": per rank, optimizer state " << mib(zm.optimizer_bytes) << " MiB (unsharded "
         << mib(zm.optimizer_unsharded_bytes) << " MiB), gradient shard " << mib(zm.gradient_shard_bytes) << " MiB"
         << (cfg.zero == 2 ? "; the full gradient buckets (" + mib(zm.gradient_bytes - zm.gradient_shard_bytes) +
@@ -694,7 +726,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   double timed_seconds = 0;
   int64_t timed_items = 0;
   const float inv_accum = 1.0f / static_cast<float>(cfg.grad_accum);
-  const float base_seed = ddp ? ddp->backward_seed(cfg.grad_accum) : inv_accum;
+  const float base_seed = fsdp ? fsdp->backward_seed(cfg.grad_accum) : ddp ? ddp->backward_seed(cfg.grad_accum) : inv_accum;
   Tensor accum_seed = Tensor::full({}, base_seed);
   constexpr int kGathered = 4;  // per rank: weighted loss, step ms, compute ms, data-wait ms
   std::vector<float> gathered_f(kGathered * static_cast<size_t>(world));
@@ -724,7 +756,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     if (!task->has_eval()) return;
     nlohmann::json e = {{"step", step}, {"eval", true}};
     {
-      autograd::AutocastGuard autocast(compute_dtype, mp.half_copies());
+      autograd::AutocastGuard autocast(compute_dtype, half_copies);
       // Collective (GPT): every rank takes part; the dp ranks share the batches, tp ranks compute
       // one replica together.
       task->evaluate(cfg.eval_batches, gpt ? mesh.dp().get() : pg.get(), e);
@@ -746,7 +778,9 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     const double step_lr = sched.at(step);
     if (plan.size() > 1) plan.group()->take_stats();  // this step's tensor-parallel traffic from here
     opt->set_lr(step_lr);
-    if (ddp)
+    if (fsdp)
+      fsdp->zero_grad();
+    else if (ddp)
       ddp->zero_grad();
     else
       model.zero_grad();
@@ -757,14 +791,16 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     accum_seed.data<float>()[0] = static_cast<float>(base_seed * weight * loss_scale);
     for (int64_t k = 0; k < cfg.grad_accum; ++k) {
       std::optional<NoSync> no_sync;
+      std::optional<FullyShardedDataParallel::NoSync> fsdp_no_sync;
       if (ddp && k + 1 < cfg.grad_accum) no_sync.emplace(ddp->no_sync());
+      if (fsdp && k + 1 < cfg.grad_accum) fsdp_no_sync.emplace(fsdp->no_sync());
       if (k == 0) announce(step + 1);
       const auto t_micro = Clock::now();
       const data::Batch& batch = prefetcher.next(request(step, k));
       Tensor loss;
       const int64_t in_use_before_forward = alloc.stats().bytes_in_use;
       {
-        autograd::AutocastGuard autocast(compute_dtype, mp.half_copies());
+        autograd::AutocastGuard autocast(compute_dtype, half_copies);
         loss = task->loss(batch.inputs, batch.targets);
       }
       // What the forward left allocated: the activations saved for backward (on the very first
@@ -784,6 +820,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     const double compute_s = seconds_since(t0);  // everything but waiting for the last buckets
     const double data_wait_s = prefetcher.take_wait_seconds();
     if (ddp) ddp->finish();  // .grad = mean over every micro-batch of every rank
+    if (fsdp) fsdp->finish();  // this rank's shard of that mean
     if (step == inject_inf_step) inject_inf(opt_params, rank, step);
     // Loss scaling: the gradients are unscaled before clipping; a step with an inf/NaN on any
     // rank is skipped by all (the flag is reduced over the ranks that hold the gradients).
@@ -813,20 +850,26 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     if (!skipped) mp.parameters_changed();  // the half copies are refreshed at the next forward
     mp.scaler().update();
     if (step == start_step) {  // memory per rank, as it stays between steps
-      int64_t mine[2] = {0, 0};
+      int64_t mine[3] = {0, 0, 0};  // optimizer state, gradients, parameters
       for (const auto& [key, t] : opt->state_dict()) mine[0] += static_cast<int64_t>(t.nbytes());
-      if (ddp)
+      if (fsdp)
+        mine[1] = fsdp->gradient_bytes(), mine[2] = fsdp->memory().parameter_shard_bytes;
+      else if (ddp)
         mine[1] = ddp->gradient_bytes();
-      else
-        for (const auto& [name, p] : params) mine[1] += p.grad().defined() ? static_cast<int64_t>(p.grad().nbytes()) : 0;
-      std::vector<int64_t> all(mine, mine + 2);
+      if (!fsdp)
+        for (const auto& [name, p] : params) {
+          mine[2] += static_cast<int64_t>(p.nbytes());
+          if (!ddp) mine[1] += p.grad().defined() ? static_cast<int64_t>(p.grad().nbytes()) : 0;
+        }
+      std::vector<int64_t> all(mine, mine + 3);
       if (pg) {
-        all.resize(2 * static_cast<size_t>(world));
-        pg->allgather(mine, all.data(), 2, DType::I64)->wait();
+        all.resize(3 * static_cast<size_t>(world));
+        pg->allgather(mine, all.data(), 3, DType::I64)->wait();
       }
       for (int r = 0; r < world; ++r) {
-        mem_optimizer_per_rank.push_back(all[2 * r]);
-        mem_grad_per_rank.push_back(all[2 * r + 1]);
+        mem_optimizer_per_rank.push_back(all[3 * r]);
+        mem_grad_per_rank.push_back(all[3 * r + 1]);
+        mem_param_per_rank.push_back(all[3 * r + 2]);
       }
     }
     double step_s = seconds_since(t0);
@@ -874,8 +917,10 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
                                           : static_cast<double>(items_per_step) / step_s;
     result.last_loss = loss;
     if (metrics.enabled()) {
-      const double comm_ms = ddp ? ddp->last_stats().comm_ms : 0.0;
-      const double exposed_ms = ddp ? ddp->last_stats().exposed_comm_ms : 0.0;
+      const FsdpStepStats z3 = fsdp ? fsdp->last_stats() : FsdpStepStats{};
+      const double comm_ms = ddp ? ddp->last_stats().comm_ms : z3.gather_ms + z3.reduce_scatter_ms;
+      const double exposed_ms =
+          ddp ? ddp->last_stats().exposed_comm_ms : z3.gather_exposed_ms + z3.reduce_scatter_exposed_ms;
       nlohmann::json m = {{"step", step},
                           {"loss", loss},
                           {"lr", step_lr},
@@ -898,11 +943,24 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       if (pg) m["world_size"] = world;
       m["mem_optimizer_bytes"] = mem_optimizer_per_rank;
       m["mem_grad_bytes"] = mem_grad_per_rank;
+      m["mem_param_bytes"] = mem_param_per_rank;
       if (zero) m["zero"] = cfg.zero;
       if (mp.half()) m["precision"] = amp::precision_name(compute_dtype), m["mem_half_copy_bytes"] = mp.half_copy_bytes();
       m["mem_activation_bytes"] = activation_bytes;
       if (ddp && mesh.dp())
         m["comm_bytes"] = ddp->last_stats().bytes, m["comm_bytes_uncompressed"] = ddp->last_stats().bytes_uncompressed;
+      if (fsdp && mesh.dp()) {
+        m["comm_bytes"] = z3.gather_bytes + z3.reduce_scatter_bytes;
+        m["zero3"] = {{"gather_ms", z3.gather_ms},
+                      {"gather_exposed_ms", z3.gather_exposed_ms},
+                      {"reduce_scatter_ms", z3.reduce_scatter_ms},
+                      {"reduce_scatter_exposed_ms", z3.reduce_scatter_exposed_ms},
+                      {"gathers", z3.gathers},
+                      {"gather_bytes", z3.gather_bytes},
+                      {"reduce_scatter_bytes", z3.reduce_scatter_bytes},
+                      {"peak_gathered_units", z3.peak_gathered_units},
+                      {"peak_gathered_bytes", z3.peak_gathered_bytes}};
+      }
       m["layout"] = {{"dp", shape.dp}, {"tp", shape.tp}, {"pp", shape.pp}};
       if (plan.size() > 1) {
         m["tp_comm_ms"] = tp_stats.ms;
@@ -944,7 +1002,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   // The whole model with its Hugging Face names, whatever the layout (gathered over tp: every
   // rank takes part).
   std::map<std::string, Tensor> weights;
-  if (!cfg.save_final.empty()) weights = plan.gather_whole(model.state_dict());
+  if (!cfg.save_final.empty()) weights = plan.gather_whole(fsdp ? fsdp->full_state() : model.state_dict());
   if (!cfg.save_final.empty() && rank == 0) {
     if (cfg.save_dtype == "bf16")
       for (auto& [name, t] : weights) t = t.to(DType::BF16);

@@ -14,7 +14,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -24,6 +26,9 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "paratrain/checkpoint/safetensors.h"
 #include "support/weights_compare.h"
 
 namespace paratrain::test {
@@ -177,6 +182,47 @@ class TrainMultiRank : public ::testing::Test {
     return spawn(argvs, envs, dir_, timeout_s);
   }
   std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  // The step lines (not the evaluation lines) of a metrics file.
+  std::vector<nlohmann::json> steps_of(const std::string& metrics) const {
+    std::vector<nlohmann::json> out;
+    std::ifstream f(path(metrics));
+    for (std::string line; std::getline(f, line);) {
+      auto j = nlohmann::json::parse(line);
+      if (!j.contains("eval")) out.push_back(j);
+    }
+    return out;
+  }
+  // Every weight of `a` within `tol` relative of `b` (per tensor, ||a-b||/||b||); with
+  // `one_d_tol` > 0, 1-D tensors are held to that instead. Prints the worst.
+  void expect_weights_near(const std::string& a, const std::string& b, double tol, double one_d_tol = 0) {
+    const Weights wa = load_weights(path(a)), wb = load_weights(path(b));
+    ASSERT_EQ(wa.size(), wb.size()) << a << " and " << b << " hold different tensors";
+    const auto shapes = checkpoint::load_safetensors(path(b));
+    double worst = 0;
+    std::string worst_name;
+    for (const auto& [name, vb] : wb) {
+      ASSERT_TRUE(wa.count(name)) << a << " lacks " << name;
+      ASSERT_EQ(wa.at(name).size(), vb.size()) << name;
+      const double d = max_rel_diff(Weights{{name, wa.at(name)}}, Weights{{name, vb}});
+      const bool one_d = shapes.at(name).dim() == 1;
+      const double limit = one_d && one_d_tol > 0 ? one_d_tol : tol;
+      EXPECT_LE(d, limit) << name << " of " << a << " vs " << b;
+      if (d > worst) worst = d, worst_name = name;
+    }
+    std::printf("  %s vs %s: worst relative difference %.2e (%s)\n", a.c_str(), b.c_str(), worst, worst_name.c_str());
+  }
+  void expect_losses_near(const std::string& a, const std::string& b, double tol) {
+    const auto la = steps_of(a), lb = steps_of(b);
+    ASSERT_EQ(la.size(), lb.size());
+    double worst = 0;
+    for (size_t i = 0; i < la.size(); ++i) {
+      const double x = la[i]["loss"].get<double>(), y = lb[i]["loss"].get<double>();
+      worst = std::max(worst, std::fabs(x - y) / std::fabs(y));
+      EXPECT_NEAR(x, y, tol * std::fabs(y)) << "step " << i;
+    }
+    std::printf("  losses %s vs %s: worst relative difference %.2e over %zu steps\n", a.c_str(), b.c_str(), worst,
+                la.size());
+  }
   std::string dir_;
 };
 

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <memory>
 #include <string_view>
+#include <functional>
 #include <unordered_map>
 
 #include "paratrain/tensor/tensor.h"
@@ -56,7 +57,17 @@ class WeightCastCache {
     Tensor half;
     bool fresh = false;
   };
-  std::unordered_map<const void*, Entry> entries_;  // by the parameter's data pointer
+  // By the parameter's storage and offset, not its data pointer: fully sharded data
+  // parallelism points different parameters' storages at the same memory one after the other.
+  struct Key {
+    const Storage* storage;
+    int64_t offset;
+    bool operator==(const Key& o) const { return storage == o.storage && offset == o.offset; }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const { return std::hash<const void*>()(k.storage) ^ static_cast<size_t>(k.offset); }
+  };
+  std::unordered_map<Key, Entry, KeyHash> entries_;
 };
 
 // Turns autocast on in `dtype` (BF16 or F16; F32 turns it off) for this thread until
