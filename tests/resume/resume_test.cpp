@@ -541,4 +541,60 @@ TEST_F(Resume, TensorParallelKilledAndResumedAsTp2Dp2Tp4ZeroAndOneProcess) {
   EXPECT_LT(max_rel_diff(path("back.st"), path("full.st")), 1e-5);
 }
 
+TEST_F(Resume, ZeroThreeKilledAndResumedIsBitIdenticalAndNoRankWritesTheWholeModel) {
+  const std::string args = kTrain + "--steps 16 --micro-batch 3 --grad-accum 2 --grad-clip 0.5 --zero 3 ";
+  std::string out;
+  ASSERT_EQ(run(2, args + "--save-final full.st", &out), 0) << out;
+  const int rc =
+      run_and_kill(2, args + "--checkpoint-dir ck --checkpoint-every 4 --save-final resumed.st", "ck/step_4", &out);
+  ASSERT_NE(rc, 0) << "a rank was SIGKILLed, the launcher must fail: " << out;
+  // Each rank's shard holds its pieces of the parameters and of the optimizer state; there is
+  // no whole model file.
+  EXPECT_FALSE(fs::exists(path("ck/step_4/model.safetensors")));
+  const std::string manifest = read_text(path("ck/step_4/manifest.json"));
+  EXPECT_NE(manifest.find("\"model_in_shards\": true"), std::string::npos) << manifest;
+  for (const char* shard : {"optim.rank0-of-2.safetensors", "optim.rank1-of-2.safetensors"}) {
+    const std::string file = path(std::string("ck/step_4/") + shard);
+    ASSERT_TRUE(fs::exists(file)) << shard;
+    size_t model_pieces = 0;
+    for (const auto& [name, t] : checkpoint::load_safetensors(file)) model_pieces += name.rfind("model/", 0) == 0;
+    EXPECT_GE(model_pieces, 4u) << shard << " holds too few pieces of the parameters";
+  }
+  ASSERT_EQ(run(2, args + "--checkpoint-dir ck --checkpoint-every 4 --resume --save-final resumed.st", &out), 0)
+      << out;
+  const int64_t at = resumed_step(out);
+  ASSERT_GE(at, 4) << out;
+  ASSERT_LT(at, 16) << "the kill came too late to test anything: " << out;
+  EXPECT_TRUE(read_text(path("resumed.st")) == read_text(path("full.st")))
+      << "--zero 3 on 2 ranks resumed from " << at << ": weights differ from the uninterrupted run";
+}
+
+TEST_F(Resume, ZeroThreeResumesAsZeroOneOnThreeAndAsOneProcessAndZeroZeroResumesAsZeroThree) {
+  // SGD: the ranks' sums round differently (see TwoRanksResumeOntoThreeAtTheSameGlobalBatch).
+  const std::string args = kTrain + "--steps 12 --optimizer sgd --lr 0.1 --momentum 0.9 ";
+  std::string out;
+  ASSERT_EQ(run(2, args + "--micro-batch 3 --save-final full.st", &out), 0) << out;
+  ASSERT_EQ(run(2, args + "--micro-batch 3 --zero 3 --checkpoint-dir ck --checkpoint-every 6", &out), 0) << out;
+  fs::remove_all(path("ck/step_12"));
+  std::ofstream(path("ck/latest")) << "step_6\n";
+  fs::copy(path("ck"), path("ck1"), fs::copy_options::recursive);
+  ASSERT_EQ(run(3, args + "--micro-batch 2 --zero 1 --checkpoint-dir ck --resume --save-final three.st", &out), 0)
+      << out;
+  EXPECT_EQ(resumed_step(out), 6) << out;
+  EXPECT_NE(out.find("saved by 2 ranks, now 3"), std::string::npos) << out;
+  double d = max_rel_diff(path("three.st"), path("full.st"));
+  EXPECT_LT(d, 1e-6) << "ZeRO 3 on 2 ranks resumed as ZeRO 1 on 3: relative difference " << d;
+  ASSERT_EQ(run(0, args + "--micro-batch 6 --checkpoint-dir ck1 --resume --save-final one.st", &out), 0) << out;
+  d = max_rel_diff(path("one.st"), path("full.st"));
+  EXPECT_LT(d, 1e-6) << "ZeRO 3 on 2 ranks resumed as one process: relative difference " << d;
+  // And the other way: a plain data-parallel checkpoint resumes onto ZeRO 3 on 3 ranks.
+  ASSERT_EQ(run(2, args + "--micro-batch 3 --checkpoint-dir ck0 --checkpoint-every 6", &out), 0) << out;
+  fs::remove_all(path("ck0/step_12"));
+  std::ofstream(path("ck0/latest")) << "step_6\n";
+  ASSERT_EQ(run(3, args + "--micro-batch 2 --zero 3 --checkpoint-dir ck0 --resume --save-final z3.st", &out), 0) << out;
+  EXPECT_NE(out.find("resuming from ck0/step_6"), std::string::npos) << out;
+  d = max_rel_diff(path("z3.st"), path("full.st"));
+  EXPECT_LT(d, 1e-6) << "plain DP on 2 ranks resumed as ZeRO 3 on 3: relative difference " << d;
+}
+
 }  // namespace
