@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "paratrain/comm/work.h"
 
@@ -43,6 +45,14 @@ inline void scale(float* p, int64_t n, float s) {
 inline void wait_work(const comm::WorkPtr& w, double timeout_s) {
   if (!w) return;
   w->wait(std::chrono::milliseconds(timeout_s > 0 ? static_cast<int64_t>(timeout_s * 1000) : 0));
+}
+
+// "a, b, c and 7 more": at most `most` names, for messages about parameters.
+inline std::string name_list(const std::vector<std::string>& names, size_t most = 10) {
+  std::string out;
+  for (size_t j = 0; j < names.size() && j < most; ++j) out += (j ? ", " : "") + names[j];
+  if (names.size() > most) out += " and " + std::to_string(names.size() - most) + " more";
+  return out;
 }
 
 }  // namespace paratrain::parallel::detail

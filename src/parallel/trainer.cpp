@@ -790,10 +790,9 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     const double loss_scale = mp.scaler().scale();  // the scale this step's gradients carry
     accum_seed.data<float>()[0] = static_cast<float>(base_seed * weight * loss_scale);
     for (int64_t k = 0; k < cfg.grad_accum; ++k) {
-      std::optional<NoSync> no_sync;
-      std::optional<FullyShardedDataParallel::NoSync> fsdp_no_sync;
+      std::optional<NoSyncScope> no_sync;
       if (ddp && k + 1 < cfg.grad_accum) no_sync.emplace(ddp->no_sync());
-      if (fsdp && k + 1 < cfg.grad_accum) fsdp_no_sync.emplace(fsdp->no_sync());
+      if (fsdp && k + 1 < cfg.grad_accum) no_sync.emplace(fsdp->no_sync());
       if (k == 0) announce(step + 1);
       const auto t_micro = Clock::now();
       const data::Batch& batch = prefetcher.next(request(step, k));
@@ -955,6 +954,8 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
                       {"gather_exposed_ms", z3.gather_exposed_ms},
                       {"reduce_scatter_ms", z3.reduce_scatter_ms},
                       {"reduce_scatter_exposed_ms", z3.reduce_scatter_exposed_ms},
+                      {"gather_hidden_ms", std::max(0.0, z3.gather_ms - z3.gather_exposed_ms)},
+                      {"reduce_scatter_hidden_ms", std::max(0.0, z3.reduce_scatter_ms - z3.reduce_scatter_exposed_ms)},
                       {"gathers", z3.gathers},
                       {"gather_bytes", z3.gather_bytes},
                       {"reduce_scatter_bytes", z3.reduce_scatter_bytes},

@@ -182,6 +182,7 @@ TEST_P(FsdpEquivalence, ModelStateIsCutInWAndOnlyTheUnitsInFlightAreWhole) {
   const auto got = train_ranks(n, zero3);
   ASSERT_FALSE(HasFailure());
   int64_t params = 0, grads = 0, optim_bytes = 0;
+  const int64_t units = 3;  // the tiny GPT's 2 blocks and the root
   for (int r = 0; r < n; ++r) {
     const FsdpMemory& m = got[r].memory;
     params += m.parameter_shard_bytes, grads += m.gradient_shard_bytes, optim_bytes += got[r].zero_memory.optimizer_bytes;
@@ -196,11 +197,14 @@ TEST_P(FsdpEquivalence, ModelStateIsCutInWAndOnlyTheUnitsInFlightAreWhole) {
     EXPECT_GE(got[r].stats.peak_gathered_units, 2);
     EXPECT_LT(got[r].stats.peak_gathered_bytes, m.parameter_bytes + n * 3 * 4);
     // Two gathers per block (forward, backward) and one of the root; one reduce-scatter each.
-    const int64_t units = 3;
     EXPECT_EQ(got[r].stats.gathers, 2 * (units - 1) + 1);
     EXPECT_EQ(got[r].stats.reduce_scatters, units);
     EXPECT_GT(got[r].stats.gather_ms, 0.0);
-    EXPECT_GE(got[r].stats.gather_ms + 1e-9, 0.0);
+    EXPECT_GT(got[r].stats.reduce_scatter_ms, 0.0);
+    // Each unit's whole flat buffer is reduce-scattered once: the parameters plus at most
+    // W-1 floats of padding per unit.
+    EXPECT_GE(got[r].stats.reduce_scatter_bytes, m.parameter_bytes);
+    EXPECT_LE(got[r].stats.reduce_scatter_bytes, m.parameter_bytes + units * (n - 1) * 4);
   }
   const double whole = static_cast<double>(got[0].memory.parameter_bytes);
   EXPECT_NEAR(static_cast<double>(params) / whole, 1.0, 0.02) << "the shards partition the parameters";

@@ -89,6 +89,13 @@ TEST_F(Zero3Train, GptNanoWithoutDeterminismAndGptMiniMatchPlainDataParallel) {
   train(3, nano("--eps 1e-6 --zero 3 --no-zero3-reshard-after-forward --zero3-prefetch 2 --save-final z3.st"));
   train(3, nano("--eps 1e-6 --save-final dp3.st"));
   expect_weights_near("z3.st", "dp3.st", 1e-6, 1e-5);
+  // SGD has no such amplifier: every tensor to 1e-6 on 4 ranks.
+  const std::string sgd = " --optimizer sgd --lr 0.1 --momentum 0.9";
+  train(4, "train --model gpt-nano --data t.bin --micro-batch 1 --grad-accum 2 --grad-clip 0.5 --steps 10 --threads 1 "
+           "--quiet --zero 3 --save-final s4.st" + sgd);
+  train(4, "train --model gpt-nano --data t.bin --micro-batch 1 --grad-accum 2 --grad-clip 0.5 --steps 10 --threads 1 "
+           "--quiet --save-final sdp4.st" + sgd);
+  expect_weights_near("s4.st", "sdp4.st", 1e-6);
   train(2, mini("--deterministic --save-final mdp.st --metrics mdp.jsonl"), 240);
   train(2, mini("--deterministic --zero 3 --save-final mz.st --metrics mz.jsonl"), 240);
   EXPECT_TRUE(read_text(path("mz.st")) == read_text(path("mdp.st")))
@@ -158,6 +165,8 @@ TEST_F(Zero3Train, BadInputExitsTwoWithOneLineAndWritesNothing) {
        }) {
     Result r = single(base + args);
     ASSERT_EQ(r.codes[0], 2) << args << "\n" << r.output;
+    const std::string body = r.output.substr(r.output.find('\n') + 1);  // after the "--- process" header
+    EXPECT_EQ(std::count(body.begin(), body.end(), '\n'), 1) << "one line: " << body;
     EXPECT_NE(r.output.find(says), std::string::npos) << args << "\n" << r.output;
     EXPECT_FALSE(fs::exists(path("out.st"))) << args;
     EXPECT_FALSE(fs::exists(path("m.jsonl"))) << args;

@@ -328,10 +328,10 @@ TEST_F(ZeroTrain, OneProcessAndBadValues) {
   r = train(0, "--steps 3 --micro-batch 2 --zero 2 --save-final " + path("b.st"));
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_TRUE(bit_identical(load_weights(path("b.st")), load_weights(path("a.st")))) << "one process, --zero 2";
-  for (const char* bad : {"3", "-1"}) {
+  for (const char* bad : {"4", "-1"}) {
     r = train(0, std::string("--steps 1 --zero ") + bad);
     EXPECT_EQ(r.rc, 2) << r.out;
-    EXPECT_NE(r.out.find("--zero must be 0, 1 or 2"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--zero must be 0, 1, 2 or 3"), std::string::npos) << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one line: " << r.out;
   }
 }

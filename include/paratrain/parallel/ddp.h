@@ -110,20 +110,8 @@ class DistributedDataParallel : public GradientShards {
   void zero_grad();
 
   // While a NoSync lives, backward passes accumulate locally and communicate nothing.
-  class NoSync {
-   public:
-    explicit NoSync(DistributedDataParallel& ddp);
-    ~NoSync();
-    NoSync(NoSync&& other) noexcept;
-    NoSync(const NoSync&) = delete;
-    NoSync& operator=(const NoSync&) = delete;
-    NoSync& operator=(NoSync&&) = delete;
-
-   private:
-    DistributedDataParallel* ddp_;
-    bool prev_;
-  };
-  NoSync no_sync() { return NoSync(*this); }
+  using NoSync = NoSyncScope;
+  NoSync no_sync();
 
   // The backward seed for a loss that is one of `grad_accum` micro-batches of a step:
   // 1/grad_accum normally, 1 in deterministic mode (finish() divides instead).

@@ -103,20 +103,8 @@ class FullyShardedDataParallel : public GradientShards {
   // Starts a step: waits for anything left, drops the gradients of the last one.
   void zero_grad();
 
-  class NoSync {
-   public:
-    explicit NoSync(FullyShardedDataParallel& fsdp);
-    ~NoSync();
-    NoSync(NoSync&& other) noexcept;
-    NoSync(const NoSync&) = delete;
-    NoSync& operator=(const NoSync&) = delete;
-    NoSync& operator=(NoSync&&) = delete;
-
-   private:
-    FullyShardedDataParallel* fsdp_;
-    bool prev_;
-  };
-  NoSync no_sync() { return NoSync(*this); }
+  using NoSync = NoSyncScope;
+  NoSync no_sync();
 
   // 1/grad_accum normally, 1 in deterministic mode (finish() divides instead).
   float backward_seed(int64_t grad_accum) const;

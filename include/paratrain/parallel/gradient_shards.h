@@ -33,6 +33,25 @@ struct ShardPiece {
   Shape shape;        // the whole parameter's shape
 };
 
+// While it lives, a data-parallel wrapper's backward passes accumulate locally and
+// communicate nothing (DistributedDataParallel::no_sync(), FullyShardedDataParallel::no_sync()).
+// Restores the previous state when destroyed; movable, not copyable.
+class NoSyncScope {
+ public:
+  explicit NoSyncScope(bool& no_sync) : flag_(&no_sync), prev_(no_sync) { no_sync = true; }
+  ~NoSyncScope() {
+    if (flag_) *flag_ = prev_;
+  }
+  NoSyncScope(NoSyncScope&& other) noexcept : flag_(other.flag_), prev_(other.prev_) { other.flag_ = nullptr; }
+  NoSyncScope(const NoSyncScope&) = delete;
+  NoSyncScope& operator=(const NoSyncScope&) = delete;
+  NoSyncScope& operator=(NoSyncScope&&) = delete;
+
+ private:
+  bool* flag_;
+  bool prev_;
+};
+
 class GradientShards {
  public:
   virtual ~GradientShards() = default;

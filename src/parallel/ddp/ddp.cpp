@@ -367,15 +367,7 @@ void DistributedDataParallel::zero_grad() {
   }
 }
 
-DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp) : ddp_(&ddp), prev_(ddp.impl_->no_sync) {
-  ddp.impl_->no_sync = true;
-}
-DistributedDataParallel::NoSync::NoSync(NoSync&& other) noexcept : ddp_(other.ddp_), prev_(other.prev_) {
-  other.ddp_ = nullptr;
-}
-DistributedDataParallel::NoSync::~NoSync() {
-  if (ddp_) ddp_->impl_->no_sync = prev_;
-}
+DistributedDataParallel::NoSync DistributedDataParallel::no_sync() { return NoSync(impl_->no_sync); }
 
 void DistributedDataParallel::finish() {
   Impl& im = *impl_;
@@ -393,13 +385,12 @@ void DistributedDataParallel::finish() {
       im.launch_ready();
     } else {
       im.wait_all_quietly();
-      std::ostringstream names;
-      for (size_t j = 0; j < missing.size() && j < 10; ++j) names << (j ? ", " : "") << im.params[missing[j]].name;
-      if (missing.size() > 10) names << " and " << missing.size() - 10 << " more";
+      std::vector<std::string> names;
+      for (int i : missing) names.push_back(im.params[i].name);
       const size_t n_missing = missing.size();
       im.reset_step_state();
       PT_THROW(InputError, "DistributedDataParallel (rank ", im.rank, "): ", n_missing,
-               " parameter(s) received no gradient in this step: ", names.str(),
+               " parameter(s) received no gradient in this step: ", detail::name_list(names),
                ". Their buckets can never be complete; if the model leaves parameters unused, construct it "
                "with find_unused_parameters = true");
     }

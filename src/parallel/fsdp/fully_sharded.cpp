@@ -433,15 +433,7 @@ void FullyShardedDataParallel::zero_grad() {
   im.issued.clear();
 }
 
-FullyShardedDataParallel::NoSync::NoSync(FullyShardedDataParallel& f) : fsdp_(&f), prev_(f.impl_->no_sync) {
-  f.impl_->no_sync = true;
-}
-FullyShardedDataParallel::NoSync::NoSync(NoSync&& other) noexcept : fsdp_(other.fsdp_), prev_(other.prev_) {
-  other.fsdp_ = nullptr;
-}
-FullyShardedDataParallel::NoSync::~NoSync() {
-  if (fsdp_) fsdp_->impl_->no_sync = prev_;
-}
+FullyShardedDataParallel::NoSync FullyShardedDataParallel::no_sync() { return NoSync(impl_->no_sync); }
 
 void FullyShardedDataParallel::finish() {
   Impl& im = *impl_;
@@ -449,13 +441,10 @@ void FullyShardedDataParallel::finish() {
     std::vector<std::string> missing;
     for (const auto& p : im.params)
       if (!p.ready) missing.push_back(p.name);
-    std::ostringstream names;
-    for (size_t j = 0; j < missing.size() && j < 10; ++j) names << (j ? ", " : "") << missing[j];
-    if (missing.size() > 10) names << " and " << missing.size() - 10 << " more";
     const size_t n_missing = missing.size();
     im.reset();
     PT_THROW(InputError, "FullyShardedDataParallel (rank ", im.rank, "): ", n_missing,
-             " parameter(s) received no gradient in this step: ", names.str(),
+             " parameter(s) received no gradient in this step: ", detail::name_list(missing),
              ". Their units can never be reduced (every parameter must take part in each step)");
   }
   int64_t micro = 1;
