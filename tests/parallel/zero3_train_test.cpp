@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -150,10 +151,24 @@ TEST_F(Zero3Train, DataTimesTensorParallelAndBf16) {
   expect_weights_near("dt.st", "one.st", 1e-5, 1e-3);
   expect_losses_near("dt.jsonl", "one.jsonl", 1e-5);
   // bf16: the same run with and without ZeRO 3 (each forward casts the gathered weights).
-  train(2, nano("--precision bf16 --deterministic --save-final b0.st"));
-  train(2, nano("--precision bf16 --deterministic --zero 3 --save-final b3.st"));
+  // Evaluation runs the sharded model too (every rank gathers each unit).
+  const std::string eval = " --val-data t.bin --eval-every 5 --eval-batches 4";
+  train(2, nano("--precision bf16 --deterministic --save-final b0.st --metrics b0.jsonl" + eval));
+  train(2, nano("--precision bf16 --deterministic --zero 3 --save-final b3.st --metrics b3.jsonl" + eval));
   EXPECT_TRUE(read_text(path("b3.st")) == read_text(path("b0.st")))
       << "bf16 --zero 3 differs from bf16 plain DP (max rel " << max_rel_diff(path("b3.st"), path("b0.st")) << ")";
+  auto val_losses = [&](const std::string& metrics) {
+    std::vector<double> v;
+    std::ifstream f(path(metrics));
+    for (std::string line; std::getline(f, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("eval")) v.push_back(j["val_loss"].get<double>());
+    }
+    return v;
+  };
+  const auto v0 = val_losses("b0.jsonl"), v3 = val_losses("b3.jsonl");
+  ASSERT_EQ(v0.size(), 2u) << "evaluations after steps 5 and 10";
+  EXPECT_EQ(v3, v0);
 }
 
 TEST_F(Zero3Train, BadInputExitsTwoWithOneLineAndWritesNothing) {
