@@ -293,9 +293,12 @@ void validate(const TrainConfig& c) {
     PT_THROW(InputError, "unknown --model '", c.model, "' (expected gpt-nano, gpt-mini, gpt2-124m, gpt, mlp or cnn)");
   if (c.zero == 3 && !is_gpt(c.model))
     PT_THROW(InputError, "--zero 3 shards the GPT models block by block, not --model ", c.model, " (use --zero 1 or 2)");
-  if (c.zero == 3 && c.compress != "none")
+  if (c.zero == 3 && c.compress == "powersgd")
+    PT_THROW(InputError, "--compress powersgd cannot be combined with --zero 3 (PowerSGD compresses all-reduced "
+             "matrices; with --zero 3, --compress bf16|fp16 gathers and reduce-scatters in 16 bits)");
+  if (c.zero == 3 && c.compress != "none" && c.deterministic)
     PT_THROW(InputError, "--compress ", c.compress,
-             " cannot be combined with --zero (ZeRO reduce-scatters f32 shards; compression replaces all-reduce)");
+             " cannot be combined with --deterministic (compressed gradients are not bit-identical to one process)");
   if (c.zero3_prefetch < 0) PT_THROW(InputError, "--zero3-prefetch must not be negative, got ", c.zero3_prefetch);
 }
 
@@ -533,6 +536,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     o.deterministic = cfg.deterministic;
     o.reshard_after_forward = cfg.zero3_reshard_after_forward;
     o.prefetch = cfg.zero3_prefetch;
+    if (cfg.compress == "bf16" || cfg.compress == "fp16") o.comm_dtype = cfg.compress == "bf16" ? DType::BF16 : DType::F16;
     std::vector<nn::Module*> units;
     for (auto& block : static_cast<GptTask&>(*task).gpt().h) units.push_back(block.get());
     fsdp = std::make_unique<FullyShardedDataParallel>(model, units, mesh.dp(), o);  // dp rank 0's weights
@@ -714,7 +718,11 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
         << "\n";
   }
   if (cfg.compress != "none")
-    log << (pg ? compress_summary(model, ddp->options().compress) : "--compress " + cfg.compress + ": one rank, nothing to send") << "\n";
+    log << (!mesh.dp() ? "--compress " + cfg.compress + ": one data-parallel rank, nothing to send"
+            : fsdp     ? "--compress " + cfg.compress + " with --zero 3: parameters all-gathered and gradients "
+                         "reduce-scattered in " + cfg.compress + " (half the bytes; shards and optimizer stay f32)"
+                       : compress_summary(model, ddp->options().compress))
+        << "\n";
 
   // Every rank measures its hardware peak when rank 0 does, so their timings stay comparable.
   const double peak_flops = !cfg.metrics.empty() ? monitor::hardware_peak_flops() : 0.0;

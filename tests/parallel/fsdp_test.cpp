@@ -238,6 +238,34 @@ TEST(Fsdp, KeepingUnitsGatheredAndNoPrefetchChangeNothing) {
   }
 }
 
+TEST(Fsdp, SixteenBitCommunicationHalvesTheBytesAndStaysCloseToPlainDataParallel) {
+  Spec plain;
+  plain.adamw = true, plain.accum = 2;
+  Spec f32 = plain;
+  f32.fsdp = true;
+  const auto ref = train_ranks(2, plain);
+  const auto full = train_ranks(2, f32);
+  for (DType dt : {DType::BF16, DType::F16}) {
+    Spec half = f32;
+    half.fsdp_options.comm_dtype = dt;
+    const auto got = train_ranks(2, half);
+    ASSERT_FALSE(HasFailure());
+    EXPECT_EQ(got[0].stats.gather_bytes * 2, full[0].stats.gather_bytes) << dtype_name(dt);
+    EXPECT_EQ(got[0].stats.reduce_scatter_bytes * 2, full[0].stats.reduce_scatter_bytes) << dtype_name(dt);
+    // Rounded parameters and gradients: the same training to 16-bit precision, not bit for bit.
+    // (Worst tensor, per tensor ||a-b||/||b||: the zero-initialised biases, whose whole value
+    // is five Adam steps, move most.)
+    const double rel = max_rel_diff(got[0].weights, ref[0].weights);
+    std::printf("  comm %s: weights within %.2e of plain DP after %d AdamW steps\n", dtype_name(dt), rel, plain.steps);
+    EXPECT_LT(rel, dt == DType::BF16 ? 6e-2 : 1e-2) << dtype_name(dt);
+    EXPECT_GT(rel, 0.0) << dtype_name(dt) << ": the 16-bit path was not taken";
+    for (size_t i = 0; i < ref[0].losses.size(); ++i)
+      EXPECT_NEAR(got[0].losses[i], ref[0].losses[i], 1e-2 * ref[0].losses[i]) << dtype_name(dt) << " loss " << i;
+    std::string first;
+    EXPECT_TRUE(bit_identical(got[1].weights, got[0].weights, &first)) << "the ranks disagree at " << first;
+  }
+}
+
 TEST(Fsdp, OneProcessIsBitIdenticalToNoSharding) {
   Spec plain;
   plain.adamw = true, plain.accum = 2;
@@ -283,6 +311,12 @@ TEST(Fsdp, MisuseIsAnInputError) {
   FsdpOptions bad;
   bad.prefetch = -1;
   EXPECT_THROW(FullyShardedDataParallel(model, {}, nullptr, bad), InputError);
+  FsdpOptions half_deterministic;
+  half_deterministic.comm_dtype = DType::BF16, half_deterministic.deterministic = true;
+  EXPECT_THROW(FullyShardedDataParallel(model, {}, nullptr, half_deterministic), InputError);
+  FsdpOptions int_comm;
+  int_comm.comm_dtype = DType::I32;
+  EXPECT_THROW(FullyShardedDataParallel(model, {}, nullptr, int_comm), InputError);
   // A step in which a unit got no gradient names the parameters.
   std::vector<nn::Module*> units;
   for (auto& b : model.h) units.push_back(b.get());

@@ -169,13 +169,24 @@ TEST_F(Zero3Train, DataTimesTensorParallelAndBf16) {
   const auto v0 = val_losses("b0.jsonl"), v3 = val_losses("b3.jsonl");
   ASSERT_EQ(v0.size(), 2u) << "evaluations after steps 5 and 10";
   EXPECT_EQ(v3, v0);
+  // --compress bf16: parameters gathered and gradients reduce-scattered in bf16, half the bytes,
+  // the same training to bf16 rounding.
+  train(2, nano("--precision bf16 --zero 3 --metrics f.jsonl"));
+  train(2, nano("--precision bf16 --zero 3 --compress bf16 --metrics c.jsonl"));
+  const auto f = steps_of("f.jsonl"), c = steps_of("c.jsonl");
+  ASSERT_EQ(c.size(), f.size());
+  EXPECT_EQ(c[0]["comm_bytes"].get<int64_t>() * 2, f[0]["comm_bytes"].get<int64_t>());
+  for (size_t i = 0; i < c.size(); ++i)
+    EXPECT_NEAR(c[i]["loss"].get<double>(), f[i]["loss"].get<double>(), 1e-2 * f[i]["loss"].get<double>()) << i;
 }
 
 TEST_F(Zero3Train, BadInputExitsTwoWithOneLineAndWritesNothing) {
   const std::string base = "train --model gpt-nano --data t.bin --steps 2 --quiet --save-final out.st --metrics m.jsonl ";
   for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
            {"--zero 4", "--zero must be 0, 1, 2 or 3"},
-           {"--zero 3 --compress bf16", "cannot be combined with --zero"},
+           {"--zero 3 --compress powersgd", "--compress powersgd cannot be combined with --zero 3"},
+           {"--zero 3 --compress bf16 --deterministic", "cannot be combined with --deterministic"},
+           {"--zero 2 --compress bf16", "cannot be combined with --zero"},
            {"--zero 3 --zero3-prefetch -1", "--zero3-prefetch must not be negative"},
        }) {
     Result r = single(base + args);

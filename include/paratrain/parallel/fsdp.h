@@ -51,6 +51,7 @@
 #include "paratrain/comm/process_group.h"
 #include "paratrain/nn/module.h"
 #include "paratrain/parallel/gradient_shards.h"
+#include "paratrain/tensor/dtype.h"
 
 namespace paratrain::parallel {
 
@@ -60,6 +61,11 @@ struct FsdpOptions {
   bool deterministic = false;         // rank-ordered sums (needs a group with options().deterministic)
   bool broadcast_parameters = true;   // take rank 0's values at construction
   double timeout_s = 0;               // deadline of every wait; 0 = the group's own
+  // F32, or BF16/F16: each rank's shard is rounded to that type for the all-gather (every rank
+  // then computes with the same rounded parameters, as PyTorch FSDP's param_dtype), and the
+  // gradient is averaged, rounded and reduce-scattered in it (as DDP's --compress bf16|fp16).
+  // Half the bytes; the shards and the optimizer stay f32. Not with deterministic.
+  DType comm_dtype = DType::F32;
 };
 
 // The last step's communication (forward, backward and finish), milliseconds and bytes.
@@ -69,7 +75,7 @@ struct FsdpStepStats {
   double reduce_scatter_ms = 0;          // likewise for the gradient reduce-scatters
   double reduce_scatter_exposed_ms = 0;
   int64_t gathers = 0, reduce_scatters = 0;
-  int64_t gather_bytes = 0, reduce_scatter_bytes = 0;  // whole flat buffers (W blocks)
+  int64_t gather_bytes = 0, reduce_scatter_bytes = 0;  // whole flat buffers (W blocks) as sent
   int64_t peak_gathered_units = 0;  // most units gathered (or being gathered) at once, root included
   int64_t peak_gathered_bytes = 0;  // their parameter bytes
 };

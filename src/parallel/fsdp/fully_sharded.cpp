@@ -21,6 +21,7 @@
 
 #include "paratrain/autograd/engine.h"
 #include "paratrain/base/error.h"
+#include "paratrain/kernels/registry.h"
 #include "parallel/flat_ops.h"
 #include "parallel/same_model.h"
 
@@ -58,6 +59,8 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
     State state = State::Sharded;
     Tensor flat;  // the gathered parameters while not Sharded
     comm::WorkPtr gather;
+    Tensor send_half, flat_half;         // comm_dtype bf16/f16: this rank's block and the gathered blocks
+    Tensor grad_half, grad_shard_half;   // ... and the gradient's, for the reduce-scatter
     Tensor grad_flat, grad_accum;  // full gradient buffers, from its first backward to its reduce-scatter
     comm::WorkPtr rs;
     int pass_pending = 0;  // parameters still to be final in this backward pass
@@ -84,6 +87,17 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
   int64_t gathered_units = 0, gathered_bytes = 0;
 
   bool communicates() const { return pg && world > 1; }
+  // Parameters gathered and gradients reduce-scattered in a 16-bit type (options.comm_dtype).
+  bool half_comm() const { return communicates() && opts.comm_dtype != DType::F32; }
+  int64_t comm_bytes(const Unit& u) const {
+    return u.shard_len * world * static_cast<int64_t>(half_comm() ? 2 : sizeof(float));
+  }
+  void cast_from_f32(Tensor& out, const Tensor& in) const {
+    kernels::registry().cast_from_f32.at(Device::CPU, opts.comm_dtype)(out.data_ptr(), in.data_ptr(), in.numel());
+  }
+  void cast_to_f32(Tensor& out, const Tensor& in) const {
+    kernels::registry().cast_to_f32.at(Device::CPU, opts.comm_dtype)(out.data_ptr(), in.data_ptr(), in.numel());
+  }
   int root() const { return static_cast<int>(units.size()) - 1; }
   int64_t unit_bytes(const Unit& u) const { return u.shard_len * world * static_cast<int64_t>(sizeof(float)); }
 
@@ -96,11 +110,19 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
     Unit& un = units[u];
     if (un.state != State::Sharded) return;
     un.flat = Tensor::empty({un.shard_len * world});
-    if (communicates()) {
+    if (half_comm()) {  // the shard rounded to the 16-bit type travels; every rank gets the same values
+      un.send_half = Tensor::empty({un.shard_len}, opts.comm_dtype);
+      un.flat_half = Tensor::empty({un.shard_len * world}, opts.comm_dtype);
+      cast_from_f32(un.send_half, un.shard);
+      un.gather = pg->allgather(un.send_half.data_ptr(), un.flat_half.data_ptr(), static_cast<size_t>(un.shard_len),
+                                opts.comm_dtype);
+    } else if (communicates()) {
       un.gather = pg->allgather(un.shard.data_ptr(), un.flat.data_ptr(), static_cast<size_t>(un.shard_len), DType::F32);
+    }
+    if (communicates()) {
       note_issued(true, un.gather);
       stats.gathers++;
-      stats.gather_bytes += unit_bytes(un);
+      stats.gather_bytes += comm_bytes(un);
     } else {
       std::memcpy(un.flat.data_ptr(), un.shard.data_ptr(), un.shard.nbytes());
     }
@@ -121,6 +143,10 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
       stats.gather_exposed_ms += ms_between(t0, Clock::now());
       un.gather.reset();
     }
+    if (un.flat_half.defined()) {
+      cast_to_f32(un.flat, un.flat_half);
+      un.flat_half = Tensor(), un.send_half = Tensor();
+    }
     auto* base = static_cast<char*>(un.flat.data_ptr());
     for (int i : un.params)
       params[i].param.storage()->rebind(base + params[i].offset * static_cast<int64_t>(sizeof(float)));
@@ -133,7 +159,7 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
     if (un.gather) wait_quietly(un.gather);  // its buffer must outlive the call
     un.gather.reset();
     for (int i : un.params) params[i].param.storage()->rebind(nullptr);
-    un.flat = Tensor();
+    un.flat = Tensor(), un.flat_half = Tensor(), un.send_half = Tensor();
     un.state = State::Sharded;
     gathered_units--;
     gathered_bytes -= unit_bytes(un);
@@ -226,13 +252,22 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
     Unit& un = units[u];
     un.launched = true;
     release(u);
-    const Tensor& in = opts.deterministic ? un.grad_accum : un.grad_flat;
-    if (communicates()) {
+    Tensor& in = opts.deterministic ? un.grad_accum : un.grad_flat;
+    if (half_comm()) {  // as DDP's --compress bf16|fp16: the mean's terms, cast, summed in the 16-bit type
+      scale(in.data<float>(), in.numel(), 1.0f / static_cast<float>(world));
+      un.grad_half = Tensor::empty({in.numel()}, opts.comm_dtype);
+      un.grad_shard_half = Tensor::empty({un.shard_len}, opts.comm_dtype);
+      cast_from_f32(un.grad_half, in);
+      un.rs = pg->reduce_scatter(un.grad_half.data_ptr(), un.grad_shard_half.data_ptr(),
+                                 static_cast<size_t>(un.shard_len), opts.comm_dtype, comm::ReduceOp::kSum);
+    } else if (communicates()) {
       un.rs = pg->reduce_scatter(in.data_ptr(), un.grad_shard.data_ptr(), static_cast<size_t>(un.shard_len),
                                  DType::F32, comm::ReduceOp::kSum);
+    }
+    if (communicates()) {
       note_issued(false, un.rs);
       stats.reduce_scatters++;
-      stats.reduce_scatter_bytes += unit_bytes(un);
+      stats.reduce_scatter_bytes += comm_bytes(un);
     } else {
       std::memcpy(un.grad_shard.data_ptr(), in.data<float>() + rank * un.shard_len, un.grad_shard.nbytes());
     }
@@ -249,6 +284,10 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
       wait_work(un.rs, opts.timeout_s);
       stats.reduce_scatter_exposed_ms += ms_between(t0, Clock::now());
       un.rs.reset();
+    }
+    if (un.grad_shard_half.defined()) {
+      cast_to_f32(un.grad_shard, un.grad_shard_half);
+      un.grad_half = Tensor(), un.grad_shard_half = Tensor();
     }
     drop_gradients(un);
   }
@@ -316,6 +355,11 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Module& root, const std::
   im.pg = std::move(pg);
   im.opts = options;
   if (options.prefetch < 0) PT_THROW(InputError, "FullyShardedDataParallel: prefetch must be 0 or more, got ", options.prefetch);
+  if (options.comm_dtype != DType::F32 && options.comm_dtype != DType::BF16 && options.comm_dtype != DType::F16)
+    PT_THROW(InputError, "FullyShardedDataParallel: comm_dtype must be f32, bf16 or f16, got ", dtype_name(options.comm_dtype));
+  if (options.comm_dtype != DType::F32 && options.deterministic)
+    PT_THROW(InputError, "FullyShardedDataParallel: a 16-bit comm_dtype cannot be combined with deterministic mode "
+             "(rounded parameters and gradients are not bit-identical to plain data parallelism)");
   if (im.pg) {
     im.rank = im.pg->rank();
     im.world = im.pg->size();
@@ -458,8 +502,8 @@ void FullyShardedDataParallel::finish() {
     im.reset();
     throw;
   }
-  for (auto& un : im.units)
-    if (im.opts.deterministic || im.world > 1) scale(un.grad_shard.data<float>(), un.shard_len, factor);
+  for (auto& un : im.units)  // (16-bit communication averaged before the cast)
+    if ((im.opts.deterministic || im.world > 1) && !im.half_comm()) scale(un.grad_shard.data<float>(), un.shard_len, factor);
   im.account_busy_time();
   for (int u = 0; u < static_cast<int>(im.units.size()); ++u) im.release(u);
   for (auto& un : im.units) un.complete = un.launched = false;
