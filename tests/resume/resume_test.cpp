@@ -597,4 +597,27 @@ TEST_F(Resume, ZeroThreeResumesAsZeroOneOnThreeAndAsOneProcessAndZeroZeroResumes
   EXPECT_LT(d, 1e-6) << "plain DP on 2 ranks resumed as ZeRO 3 on 3: relative difference " << d;
 }
 
+TEST_F(Resume, ZeroThreeWithTensorParallelismSavesLocalPiecesAndResumesAsTp2AndOneProcess) {
+  // dp 2 x tp 2 with ZeRO 3: each rank's shard holds pieces of its tensor-parallel slice.
+  const std::string args = kTrain + "--steps 8 --n-head 4 --optimizer sgd --lr 0.1 --momentum 0.9 ";
+  std::string out;
+  ASSERT_EQ(run(4, args + "--micro-batch 2 --tp 2 --save-final full.st", &out, 120), 0) << out;
+  ASSERT_EQ(run(4, args + "--micro-batch 2 --tp 2 --zero 3 --checkpoint-dir ck --checkpoint-every 4", &out, 120), 0)
+      << out;
+  EXPECT_FALSE(fs::exists(path("ck/step_4/model.safetensors")));
+  EXPECT_FALSE(fs::exists(path("ck/step_4/model.tp0-of-2.safetensors")));
+  EXPECT_TRUE(fs::exists(path("ck/step_4/optim.rank3-of-4.safetensors")));
+  fs::remove_all(path("ck/step_8"));
+  std::ofstream(path("ck/latest")) << "step_4\n";
+  fs::copy(path("ck"), path("ck1"), fs::copy_options::recursive);
+  ASSERT_EQ(run(2, args + "--micro-batch 4 --tp 2 --checkpoint-dir ck --resume --save-final tp2.st", &out, 120), 0)
+      << out;
+  EXPECT_EQ(resumed_step(out), 4) << out;
+  double d = max_rel_diff(path("tp2.st"), path("full.st"));
+  EXPECT_LT(d, 1e-5) << "dp 2 x tp 2 ZeRO 3 resumed as tp 2: relative difference " << d;
+  ASSERT_EQ(run(0, args + "--micro-batch 4 --checkpoint-dir ck1 --resume --save-final one.st", &out), 0) << out;
+  d = max_rel_diff(path("one.st"), path("full.st"));
+  EXPECT_LT(d, 1e-5) << "dp 2 x tp 2 ZeRO 3 resumed as one process: relative difference " << d;
+}
+
 }  // namespace
