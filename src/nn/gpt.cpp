@@ -130,6 +130,26 @@ Tensor GPT::hidden_states(const Tensor& tokens) const {
   return ln_f->forward(x);
 }
 
+Tensor GPT::stage_forward(const Tensor& x, int64_t first_block, int64_t end_block, const Tensor& targets) const {
+  const int64_t L = static_cast<int64_t>(h.size());
+  if (first_block < 0 || end_block > L || first_block >= end_block)
+    PT_THROW(InputError, "GPT stage: blocks [", first_block, ", ", end_block, ") are not a non-empty range of the ", L,
+             " blocks");
+  Tensor out = x;
+  if (first_block == 0) {
+    if (x.dim() != 2) PT_THROW(InputError, "GPT first stage input must be (B,T) token ids, got ", shape_str(x.shape()));
+    if (x.size(1) > cfg_.block_size)
+      PT_THROW(InputError, "sequence length ", x.size(1), " exceeds the block size ", cfg_.block_size);
+    out = wte->forward_with_positions(x, *wpe);
+  } else if (x.dim() != 3 || x.size(2) != cfg_.n_embd) {
+    PT_THROW(InputError, "GPT stage input must be (B,T,", cfg_.n_embd, ") hidden states, got ", shape_str(x.shape()));
+  }
+  for (int64_t i = first_block; i < end_block; ++i) out = h[static_cast<size_t>(i)]->forward(out);
+  if (end_block < L) return out;
+  out = ln_f->forward(out);
+  return targets.defined() ? wte->tied_loss(out, targets) : wte->tied_logits(out);
+}
+
 Tensor GPT::forward(const Tensor& tokens) const {
   return wrapped_forward(tokens, [this](const Tensor& t) { return wte->tied_logits(hidden_states(t)); });
 }

@@ -82,6 +82,15 @@ class GPT : public Module {
   Tensor loss(const Tensor& tokens, const Tensor& targets) const;
   // The final hidden states (B,T,C), before the LM head.
   Tensor hidden(const Tensor& tokens) const;
+  // One pipeline stage's part of the forward: blocks [first_block, end_block) applied to x.
+  // The first stage (first_block 0) takes token ids (B,T) and embeds them; the others take
+  // the hidden states (B,T,C) the stage before produced. The last stage (end_block ==
+  // n_layer) ends with ln_f and the tied head: logits (B,T,V), or the mean loss when
+  // `targets` is given; the others return hidden states. Chaining the stages computes
+  // exactly forward() / loss() (the same ops in the same order). Forward wrappers of the
+  // model are not run (those of the blocks are). InputError for an empty or out-of-range
+  // block range.
+  Tensor stage_forward(const Tensor& x, int64_t first_block, int64_t end_block, const Tensor& targets = Tensor()) const;
   // forward, loss and hidden each run inside the model's forward wrappers (the wrapper's
   // input is the token tensor).
   bool supports_forward_wrappers() const override { return true; }
