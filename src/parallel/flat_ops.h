@@ -41,6 +41,11 @@ inline void scale(float* p, int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) p[i] *= s;
 }
 
+using Clock = std::chrono::steady_clock;
+inline double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
 // Waits with the wrapper's deadline (0: the group's own per-call deadline).
 inline void wait_work(const comm::WorkPtr& w, double timeout_s) {
   if (!w) return;

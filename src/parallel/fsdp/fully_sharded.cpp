@@ -32,12 +32,8 @@ using detail::owned_range;
 using detail::scale;
 using detail::wait_work;
 
-namespace {
-using Clock = std::chrono::steady_clock;
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-}  // namespace
+using detail::Clock;
+using detail::ms_between;
 
 struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullyShardedDataParallel::Impl> {
   struct Param {
