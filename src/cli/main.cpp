@@ -9,6 +9,7 @@
 #include "data_prepare_cmd.h"
 #include "doctor_cmd.h"
 #include "launch_cmd.h"
+#include "plan_cmd.h"
 #include "paratrain/base/env.h"
 #include "paratrain/base/error.h"
 #include "train_cmd.h"
@@ -25,7 +26,8 @@ const char* kUsage =
     "  launch         start and supervise one process per device, on one or many hosts\n"
     "  bench comm     measure collective bandwidth (nccl-tests style table)\n"
     "  bench compute  measure this CPU's f32 peak (FMA throughput) and GEMM peak: MFU's denominator\n"
-    "  doctor         show the environment paratrain sees (PARATRAIN_* variables, ranks, threads)\n";
+    "  doctor         show the environment paratrain sees (PARATRAIN_* variables, ranks, threads)\n"
+    "  plan           print and check a pipeline schedule (--print-schedule; the layout planner is not built yet)\n";
 
 std::string rank_tag() {
   for (const char* v : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
@@ -47,6 +49,7 @@ int dispatch(int argc, char** argv) {
   if (cmd == "sample") return paratrain::cli::run_sample(argc - 1, argv + 1);
   if (cmd == "launch") return paratrain::cli::run_launch(argc - 1, argv + 1);
   if (cmd == "doctor") return paratrain::cli::run_doctor(argc - 1, argv + 1);
+  if (cmd == "plan") return paratrain::cli::run_plan(argc - 1, argv + 1);
   if (cmd == "data" || cmd == "bench") {
     const std::string sub = argc > 2 ? argv[2] : "";
     if (cmd == "data" && sub == "prepare") return paratrain::cli::run_data_prepare(argc - 2, argv + 2);
