@@ -1,5 +1,7 @@
 #include "paratrain/nn/gpt.h"
 
+#include "paratrain/autograd/checkpoint.h"
+
 #include <cmath>
 
 #include "paratrain/autograd/engine.h"
@@ -148,6 +150,17 @@ Tensor GPT::stage_forward(const Tensor& x, int64_t first_block, int64_t end_bloc
   if (end_block < L) return out;
   out = ln_f->forward(out);
   return targets.defined() ? wte->tied_loss(out, targets) : wte->tied_logits(out);
+}
+
+void recompute_blocks(GPT& model) {
+  for (auto& block : model.h) {
+    if (block->has_forward_wrappers())
+      PT_THROW(InputError, "recompute_blocks: a block already has forward wrappers; recompute must be the innermost");
+    Generator* gen = &model.generator();
+    block->add_forward_wrapper([gen](const Tensor& x, const Module::ForwardBody& body) {
+      return autograd::checkpoint(body, x, gen);
+    });
+  }
 }
 
 Tensor GPT::forward(const Tensor& tokens) const {

@@ -102,9 +102,11 @@ void Module::add_forward_wrapper(ForwardWrapper w) {
 
 Tensor Module::wrapped_forward(const Tensor& x, const ForwardBody& body) const {
   if (wrappers_.empty()) return body(x);
-  // wrappers_[0] sits right around the body, the last one outermost.
+  // wrappers_[0] sits right around the body and gets `body` itself (which it may keep, e.g.
+  // to run it again in backward); the others get the chain inside them, valid during the call.
   std::function<Tensor(size_t, const Tensor&)> run = [&](size_t depth, const Tensor& in) -> Tensor {
     if (depth == 0) return body(in);
+    if (depth == 1) return wrappers_[0](in, body);
     return wrappers_[depth - 1](in, [&](const Tensor& y) { return run(depth - 1, y); });
   };
   return run(wrappers_.size(), x);

@@ -2,7 +2,8 @@
 // stage's output detached into the next stage's leaf input, the backward run stage by stage
 // from the last with the received gradient -- gives bit for bit the loss, the logits and every
 // parameter gradient of the whole model; forward wrappers around the blocks still run; bad
-// ranges and inputs are InputErrors.
+// ranges and inputs are InputErrors. recompute_blocks gives the same gradients bit for bit
+// (dropout on) and a forward that keeps less.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -11,6 +12,7 @@
 #include "paratrain/autograd/engine.h"
 #include "paratrain/base/error.h"
 #include "paratrain/nn/gpt.h"
+#include "paratrain/tensor/allocator.h"
 
 using namespace paratrain;
 
@@ -84,6 +86,44 @@ TEST(GptStage, BlockWrappersRunAndBadInputIsAnInputError) {
   EXPECT_THROW(m.stage_forward(x, 0, 5), InputError);
   EXPECT_THROW(m.stage_forward(x, 1, 2), InputError);  // token ids where hidden states belong
   EXPECT_THROW(m.stage_forward(Tensor::zeros({2, 16, 32}), 0, 2), InputError);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(GptRecompute, GradientsAreBitForBitAndTheForwardKeepsLess) {
+  nn::GPTConfig cfg = four_blocks();
+  cfg.dropout = 0.1f;  // the masks must repeat in the recomputation
+  Tensor x, y;
+  tokens(x, y);
+  Allocator& alloc = allocator_for(Device::CPU);
+  auto run = [&](bool recompute, int64_t* kept) {
+    nn::GPT m(cfg, 9);
+    if (recompute) nn::recompute_blocks(m);
+    std::vector<float> losses;
+    for (int step = 0; step < 2; ++step) {  // the generator's state carries over steps
+      m.zero_grad();
+      const int64_t before = alloc.stats().bytes_in_use;
+      Tensor loss = m.loss(x, y);
+      if (step == 0) *kept = alloc.stats().bytes_in_use - before;
+      losses.push_back(static_cast<float>(loss.item()));
+      autograd::backward(loss);
+    }
+    auto g = grads(m);
+    g["losses"] = losses;
+    g["rng"] = {static_cast<float>(m.generator().next_u64() % 1000003)};
+    return g;
+  };
+  int64_t kept_plain = 0, kept_recompute = 0;
+  const auto plain = run(false, &kept_plain), again = run(true, &kept_recompute);
+  EXPECT_EQ(again, plain);
+  std::printf("  forward keeps %lld bytes, %lld with --recompute full\n", static_cast<long long>(kept_plain),
+              static_cast<long long>(kept_recompute));
+  EXPECT_LT(kept_recompute, kept_plain / 2);
+  nn::GPT m(cfg, 9);
+  nn::recompute_blocks(m);
+  EXPECT_THROW(nn::recompute_blocks(m), InputError);  // it must be the innermost wrapper
 }
 
 }  // namespace

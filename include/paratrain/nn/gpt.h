@@ -107,4 +107,12 @@ class GPT : public Module {
   Generator gen_;
 };
 
+// --recompute full: each block's activations are recomputed in backward instead of kept
+// (autograd::checkpoint around every block, the model's dropout generator replayed), so a
+// forward keeps only each block's input. Gradients are bit for bit those without it. Adds the
+// blocks' first (innermost) forward wrapper: call it before anything else wraps the blocks
+// (fully sharded data parallelism's wrappers go outside it). InputError when a block already
+// has wrappers.
+void recompute_blocks(GPT& model);
+
 }  // namespace paratrain::nn

@@ -55,13 +55,17 @@ class Module {
   // Code that runs around this module's forward: fully sharded data parallelism gathers a
   // unit's parameters before it and frees them after (parallel/fsdp.h). A wrapper gets the
   // input and the body (the module's own forward, with any wrapper added earlier inside it)
-  // and returns what the body returns, having called it once. Only modules whose forward
+  // and returns what the body returns, having called it once. The first wrapper added (the
+  // innermost) gets the module's own forward as `body`, which stays valid as long as the
+  // module and may be kept and called again later (recompute in backward does); the others
+  // get the chain inside them, valid only during the call. Only modules whose forward
   // goes through wrapped_forward() honour wrappers (GPTBlock, GPT); add_forward_wrapper on
   // another module is an InputError, so a wrapper never silently does nothing.
   using ForwardBody = std::function<Tensor(const Tensor&)>;
   using ForwardWrapper = std::function<Tensor(const Tensor& x, const ForwardBody& body)>;
   void add_forward_wrapper(ForwardWrapper w);
   void clear_forward_wrappers() { wrappers_.clear(); }
+  bool has_forward_wrappers() const { return !wrappers_.empty(); }
   virtual bool supports_forward_wrappers() const { return false; }
 
  protected:
