@@ -70,6 +70,10 @@ int run_train(int argc, char** argv) {
   app.add_flag("--zero3-reshard-after-forward,!--no-zero3-reshard-after-forward", c.zero3_reshard_after_forward,
                "--zero 3: free a block's gathered parameters after its forward (default; off keeps them until its "
                "backward: one gather less per block, more memory)");
+  app.add_option("--recompute", c.recompute,
+                 "none | full: recompute each GPT block's activations in backward instead of keeping them (same "
+                 "gradients, less memory, about one more forward); selective is not built yet")
+      ->check(CLI::IsMember({"none", "full", "selective"}));
   app.add_option("--zero3-prefetch", c.zero3_prefetch,
                  "--zero 3: blocks whose all-gather is issued ahead of the one computing (default 1, 0 = none)");
   app.add_option("--compress", c.compress, "gradient compression on the wire: none | fp16 | bf16 | powersgd (docs/ddp.md)")

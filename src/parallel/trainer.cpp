@@ -300,6 +300,12 @@ void validate(const TrainConfig& c) {
     PT_THROW(InputError, "--compress ", c.compress,
              " cannot be combined with --deterministic (compressed gradients are not bit-identical to one process)");
   if (c.zero3_prefetch < 0) PT_THROW(InputError, "--zero3-prefetch must not be negative, got ", c.zero3_prefetch);
+  if (c.recompute != "none" && c.recompute != "full" && c.recompute != "selective")
+    PT_THROW(InputError, "unknown --recompute '", c.recompute, "' (expected none, full or selective)");
+  if (c.recompute == "selective")
+    PT_THROW(InputError, "--recompute selective is not built yet (--recompute full recomputes every block)");
+  if (c.recompute == "full" && !is_gpt(c.model))
+    PT_THROW(InputError, "--recompute full recomputes the GPT models' blocks, not --model ", c.model);
 }
 
 // What a checkpoint records about the run: the data layout, and every setting that changes
@@ -529,6 +535,8 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   const DeviceMesh mesh(pg, shape);
   const TensorParallelPlan plan =
       gpt ? parallelize_gpt(static_cast<GptTask&>(*task).gpt(), mesh.tp(), {cfg.sequence_parallel}) : TensorParallelPlan();
+  // --recompute full: the blocks' innermost wrapper (ZeRO 3's gathers go around it).
+  if (cfg.recompute == "full") nn::recompute_blocks(static_cast<GptTask&>(*task).gpt());
   std::unique_ptr<DistributedDataParallel> ddp;
   std::unique_ptr<FullyShardedDataParallel> fsdp;  // --zero 3: the parameters sharded too, block by block
   if (cfg.zero == 3) {
@@ -693,6 +701,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   if (pg)
     log << ", " << world << " ranks (" << pg->backend_name() << (cfg.deterministic ? ", deterministic" : "") << ")"
         << ", layout " << shape.str() << (cfg.sequence_parallel ? ", sequence parallel" : "");
+  if (cfg.recompute != "none") log << ", recompute " << cfg.recompute;
   log << "\n";
   if (zero) {
     const ZeroMemory zm = zero->memory();
@@ -954,6 +963,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       if (zero) m["zero"] = cfg.zero;
       if (mp.half()) m["precision"] = amp::precision_name(compute_dtype), m["mem_half_copy_bytes"] = mp.half_copy_bytes();
       m["mem_activation_bytes"] = activation_bytes;
+      if (cfg.recompute != "none") m["recompute"] = cfg.recompute;
       if (ddp && mesh.dp())
         m["comm_bytes"] = ddp->last_stats().bytes, m["comm_bytes_uncompressed"] = ddp->last_stats().bytes_uncompressed;
       if (fsdp && mesh.dp()) {

@@ -50,6 +50,7 @@ struct TrainConfig {
   int zero = 0;                  // ZeRO stage: 0 off, 1 shard optimizer state, 2 also gradients, 3 also parameters
   bool zero3_reshard_after_forward = true;  // --zero 3: free a block's parameters after its forward
   int zero3_prefetch = 1;        // --zero 3: blocks gathered ahead
+  std::string recompute = "none";  // none | full: recompute each block's activations in backward
   std::string compress = "none";     // none | fp16 | bf16 | powersgd: DDP gradient compression
   int64_t powersgd_rank = 4;         // PowerSGD: rank of the factors
   int64_t powersgd_start_iter = 10;  // PowerSGD: plain f32 all-reduce for the first steps
