@@ -501,10 +501,7 @@ void FullyShardedDataParallel::finish() {
   for (auto& un : im.units)  // (16-bit communication averaged before the cast)
     if ((im.opts.deterministic || im.world > 1) && !im.half_comm()) scale(un.grad_shard.data<float>(), un.shard_len, factor);
   im.account_busy_time();
-  for (int u = 0; u < static_cast<int>(im.units.size()); ++u) im.release(u);
-  for (auto& un : im.units) un.complete = un.launched = false;
-  for (auto& p : im.params) p.ready = false, p.passes = 0;
-  im.next_launch = 0;
+  im.reset();  // every reduce-scatter has completed: frees what is still gathered, clears the step's flags
 }
 
 std::vector<ShardPiece> FullyShardedDataParallel::shard_pieces() const {
