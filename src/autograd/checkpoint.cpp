@@ -4,6 +4,7 @@
 
 #include "paratrain/autograd/autocast.h"
 #include "paratrain/autograd/engine.h"
+#include "paratrain/autograd/split_backward.h"
 
 namespace paratrain::autograd {
 
@@ -19,6 +20,55 @@ class EnableGrad {
  private:
   bool prev_;
 };
+
+
+// The node checkpoint() records: backward() recomputes fn and runs a whole backward through
+// it; backward_split() (split_backward.h) recomputes it the same way but runs only the input
+// part there, leaving the parameters' part for the caller's W.
+class CheckpointNode final : public Node {
+ public:
+  using Fn = std::function<Tensor(const Tensor&)>;
+  CheckpointNode(Fn fn, Tensor input, Generator* gen, std::array<uint64_t, 4> rng, DType autocast)
+      : fn_(std::move(fn)), input_(std::move(input)), gen_(gen), rng_(rng), autocast_(autocast) {}
+  const char* name() const override { return "checkpoint"; }
+
+  std::vector<Tensor> backward(std::vector<Tensor>& g) override {
+    return run(g, [](const Tensor& y2, const Tensor& seed, const Tensor&) { autograd::backward(y2, seed); });
+  }
+
+  std::vector<Tensor> backward_split(std::vector<Tensor>& g, std::function<void()>& weight_part) override {
+    return run(g, [&](const Tensor& y2, const Tensor& seed, const Tensor& again) {
+      auto rest = std::make_shared<DeferredWeightGradients>(split_backward_impl(y2, seed, {again}, false));
+      if (rest->deferred_nodes() > 0) weight_part = [rest] { rest->run(); };
+    });
+  }
+
+ private:
+  // Replays the forward on the input detached (requiring grad) with the graph, under the
+  // forward's generator state and autocast, and backpropagates g[0] through it by `back`.
+  template <typename Back>
+  std::vector<Tensor> run(std::vector<Tensor>& g, Back back) {
+    const auto now = gen_ ? gen_->state() : std::array<uint64_t, 4>{};
+    if (gen_) gen_->set_state(rng_);
+    Tensor again = input_.detach();
+    again.set_requires_grad(true);
+    {
+      EnableGrad grad_on;
+      std::unique_ptr<AutocastGuard> cast;
+      if (autocast_ != DType::F32) cast = std::make_unique<AutocastGuard>(autocast_);
+      Tensor y2 = fn_(again);
+      if (gen_) gen_->set_state(now);
+      back(y2, g[0].defined() ? g[0] : Tensor::zeros(y2.shape(), y2.dtype()), again);
+    }
+    return std::vector<Tensor>{again.grad()};
+  }
+
+  Fn fn_;
+  Tensor input_;
+  Generator* gen_;
+  std::array<uint64_t, 4> rng_;
+  DType autocast_;
+};
 }  // namespace
 
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x, Generator* gen) {
@@ -31,23 +81,7 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& 
     y = fn(x);
   }
   Tensor out = y.detach();
-  Tensor input = x;
-  auto node = std::make_shared<LambdaNode>("checkpoint", [fn, input, gen, rng, autocast](std::vector<Tensor>& g) {
-    const auto now = gen ? gen->state() : std::array<uint64_t, 4>{};
-    if (gen) gen->set_state(rng);
-    Tensor again = input.detach();
-    again.set_requires_grad(true);
-    {
-      EnableGrad grad_on;
-      std::unique_ptr<AutocastGuard> cast;
-      if (autocast != DType::F32) cast = std::make_unique<AutocastGuard>(autocast);
-      Tensor y2 = fn(again);
-      if (gen) gen->set_state(now);
-      backward(y2, g[0].defined() ? g[0] : Tensor::zeros(y2.shape(), y2.dtype()));
-    }
-    return std::vector<Tensor>{again.grad()};
-  });
-  record(node, {&x}, {&out});
+  record(std::make_shared<CheckpointNode>(fn, x, gen, rng, autocast), {&x}, {&out});
   return out;
 }
 

@@ -2,40 +2,13 @@
 
 #include <unordered_map>
 
+#include "engine_detail.h"
 #include "paratrain/autograd/profiler.h"
-#include "paratrain/kernels/registry.h"
 
 namespace paratrain::autograd {
 
 namespace {
 thread_local bool g_grad_enabled = true;
-
-// dst += src, elementwise (same shape, same dtype: a gradient has its tensor's dtype), by the
-// dispatch point's add kernel for that dtype.
-void accumulate_into(Tensor& dst, const Tensor& src) {
-  PT_CHECK(dst.shape() == src.shape(), "gradient shape ", shape_str(src.shape()), " does not match ",
-           shape_str(dst.shape()));
-  PT_CHECK(dst.dtype() == src.dtype(), "gradient dtype ", dtype_name(src.dtype()), " does not match ",
-           dtype_name(dst.dtype()));
-  Tensor s = src.contiguous();
-  kernels::kernel(&kernels::Registry::add, dst)(dst.data_ptr(), dst.data_ptr(), s.data_ptr(), dst.numel());
-}
-
-// The gradient buffer of one tensor: the first contribution is kept as is (no copy), later
-// ones are summed into a private copy.
-void add_grad(Tensor& slot, bool& owned, const Tensor& g) {
-  if (!g.defined()) return;
-  if (!slot.defined()) {
-    slot = g.is_contiguous() ? g : g.contiguous();
-    owned = false;
-    return;
-  }
-  if (!owned) {
-    slot = slot.clone();
-    owned = true;
-  }
-  accumulate_into(slot, g);
-}
 }  // namespace
 
 bool grad_enabled() { return g_grad_enabled; }
@@ -88,26 +61,9 @@ void register_grad_ready_hook(Tensor& param, std::function<void(Tensor&)> fn) {
   param.autograd_meta().grad_ready_hooks.push_back(std::move(fn));
 }
 
-namespace {
-void accumulate_leaf(AutogradMeta& meta, const Tensor& g) {
-  if (!g.defined()) return;
-  if (!meta.grad) {
-    // Take the incoming gradient as .grad when nothing else refers to its storage (the usual
-    // case: a buffer the op just made); otherwise own a fresh copy, since it may be a view of
-    // something the graph still uses.
-    const bool exclusive = g.storage().use_count() == 1 && g.is_contiguous() && g.offset() == 0 &&
-                           g.nbytes() == g.storage()->nbytes() && !g.autograd_meta_ptr();
-    meta.grad = std::make_shared<Tensor>(exclusive ? g : g.clone());
-  } else {
-    accumulate_into(*meta.grad, g);
-  }
-}
-
-void fire_hooks(AutogradMeta& meta) {
-  if (meta.grad_ready_hooks.empty() || !meta.grad) return;
-  for (auto& h : meta.grad_ready_hooks) h(*meta.grad);
-}
-}  // namespace
+using detail::accumulate_leaf;
+using detail::add_grad;
+using detail::fire_hooks;
 
 void backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   PT_CHECK(root.defined(), "backward() of an undefined tensor");

@@ -6,6 +6,7 @@
 // .grad accumulates). The graph is freed as soon as the last Tensor referring to it dies.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,15 @@ class Node {
   // there). Returns one gradient per input, undefined where next_edges()[i] is inactive.
   virtual std::vector<Tensor> backward(std::vector<Tensor>& grad_outputs) = 0;
   virtual const char* name() const = 0;
+  // For the split backward (split_backward.h), by nodes that run a graph of their own inside
+  // backward (activation recomputation, checkpoint.h): returns what backward() returns, but
+  // may leave the gradients of that inner graph's leaves (its parameters) for later, in
+  // `weight_part`: calling it once computes them (and fires their grad-ready hooks);
+  // destroying it uncalled releases what it holds. Default: backward(), nothing left.
+  virtual std::vector<Tensor> backward_split(std::vector<Tensor>& grad_outputs, std::function<void()>& weight_part) {
+    (void)weight_part;
+    return backward(grad_outputs);
+  }
 
   std::vector<Edge>& next_edges() { return next_; }
   bool needs_input_grad(size_t i) const { return i < next_.size() && next_[i].active(); }

@@ -58,10 +58,13 @@ Tensor sub(const Tensor& a_in, const Tensor& b_in) {
   Tensor out = Tensor::empty(a.shape(), a.dtype());
   kernel(&Registry::sub, a)(out.data_ptr(), a.data_ptr(), b.data_ptr(), a.numel());
   if (autograd::any_requires_grad({&p.a, &p.b}))
-    record_lambda("sub", {&p.a, &p.b}, {&out}, [](std::vector<Tensor>& g) {
+    record_with_node("sub", {&p.a, &p.b}, {&out}, [](autograd::Node& node, std::vector<Tensor>& g) {
       Tensor gc = g[0].contiguous();
-      Tensor nb = Tensor::empty(gc.shape(), gc.dtype());
-      kernel(&Registry::scale, gc)(nb.data_ptr(), gc.data_ptr(), -1.0f, gc.numel());
+      Tensor nb;
+      if (node.needs_input_grad(1)) {
+        nb = Tensor::empty(gc.shape(), gc.dtype());
+        kernel(&Registry::scale, gc)(nb.data_ptr(), gc.data_ptr(), -1.0f, gc.numel());
+      }
       return std::vector<Tensor>{gc, nb};
     });
   return out;
@@ -75,11 +78,17 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
   kernel(&Registry::mul, a)(out.data_ptr(), a.data_ptr(), b.data_ptr(), a.numel());
   if (autograd::any_requires_grad({&p.a, &p.b})) {
     Tensor sa = a.detach(), sb = b.detach();
-    record_lambda("mul", {&p.a, &p.b}, {&out}, [sa, sb](std::vector<Tensor>& g) {
+    record_with_node("mul", {&p.a, &p.b}, {&out}, [sa, sb](autograd::Node& node, std::vector<Tensor>& g) {
       Tensor gc = g[0].contiguous();
-      Tensor da = Tensor::empty(gc.shape(), gc.dtype()), db = Tensor::empty(gc.shape(), gc.dtype());
-      kernel(&Registry::mul, gc)(da.data_ptr(), gc.data_ptr(), sb.data_ptr(), gc.numel());
-      kernel(&Registry::mul, gc)(db.data_ptr(), gc.data_ptr(), sa.data_ptr(), gc.numel());
+      Tensor da, db;
+      if (node.needs_input_grad(0)) {
+        da = Tensor::empty(gc.shape(), gc.dtype());
+        kernel(&Registry::mul, gc)(da.data_ptr(), gc.data_ptr(), sb.data_ptr(), gc.numel());
+      }
+      if (node.needs_input_grad(1)) {
+        db = Tensor::empty(gc.shape(), gc.dtype());
+        kernel(&Registry::mul, gc)(db.data_ptr(), gc.data_ptr(), sa.data_ptr(), gc.numel());
+      }
       return std::vector<Tensor>{da, db};
     });
   }

@@ -135,14 +135,21 @@ Tensor bmm(const Tensor& a_raw, const Tensor& b_raw) {
                                      out.data_ptr(), N, Bt, M * K, K * N, M * N);
   if (autograd::any_requires_grad({&a_in, &b_in})) {
     Tensor sa = a.detach(), sb = b.detach();
-    record_lambda("bmm", {&a_in, &b_in}, {&out}, [sa, sb, Bt, M, N, K](std::vector<Tensor>& g) {
+    record_with_node("bmm", {&a_in, &b_in}, {&out},
+                     [sa, sb, Bt, M, N, K](autograd::Node& node, std::vector<Tensor>& g) {
       Tensor dout = g[0].contiguous();
-      Tensor da = Tensor::empty(sa.shape(), sa.dtype()), db = Tensor::empty(sb.shape(), sb.dtype());
+      Tensor da, db;
       auto gemm_batched = kernel(&Registry::gemm_batched, dout);
-      gemm_batched(false, true, M, K, N, 1.0f, dout.data_ptr(), N, sb.data_ptr(), N, 0.0f, da.data_ptr(), K, Bt,
-                   M * N, K * N, M * K);
-      gemm_batched(true, false, K, N, M, 1.0f, sa.data_ptr(), K, dout.data_ptr(), N, 0.0f, db.data_ptr(), N, Bt,
-                   M * K, M * N, K * N);
+      if (node.needs_input_grad(0)) {
+        da = Tensor::empty(sa.shape(), sa.dtype());
+        gemm_batched(false, true, M, K, N, 1.0f, dout.data_ptr(), N, sb.data_ptr(), N, 0.0f, da.data_ptr(), K, Bt,
+                     M * N, K * N, M * K);
+      }
+      if (node.needs_input_grad(1)) {
+        db = Tensor::empty(sb.shape(), sb.dtype());
+        gemm_batched(true, false, K, N, M, 1.0f, sa.data_ptr(), K, dout.data_ptr(), N, 0.0f, db.data_ptr(), N, Bt,
+                     M * K, M * N, K * N);
+      }
       return std::vector<Tensor>{da, db};
     });
   }
