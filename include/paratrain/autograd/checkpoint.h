@@ -8,7 +8,9 @@
 // through it -- the parameters' gradients accumulate there and their grad-ready hooks fire
 // -- puts `gen` back, and passes x'.grad on to x's graph. Same ops in the same order, so
 // the gradients are bit for bit those of fn run with its graph. When grad mode is off, or x
-// does not require a gradient (no graph to continue), it is just fn(x).
+// does not require a gradient (no graph to continue), it is just fn(x). Under the split
+// backward (split_backward.h) the node recomputes in I the same way but backpropagates only
+// x's part there; its parameters' part waits, with the recomputed graph, for run().
 //
 // Thread-safety: the calling thread's grad and autocast modes. Lifetime: fn, its captures
 // and gen must live until the backward has run (or the graph is dropped).

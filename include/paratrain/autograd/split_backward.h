@@ -23,6 +23,12 @@
 //    nothing more; what W needs (the deferred nodes, their saved tensors and the gradients they
 //    got) lives until run() -- or until the DeferredWeightGradients is destroyed or reset()
 //    without running, which releases all of it and leaves the other leaves' .grad untouched.
+//    So between I and W a stage holds, besides what W's nodes saved in the forward, the
+//    gradient of each deferred node's output (a Linear's dout: W computes dW = x^T dout): for
+//    a GPT block 11 (B,T,C)'s worth, besides the 9 of activations W needs (f32). A
+//    checkpoint region recomputes its forward in I, and its W part then holds the region's
+//    activations that its parameters' gradients need until run(): the memory recomputation
+//    saves is kept only up to I (a schedule that must not hold them runs backward() instead).
 //
 // Errors (InputError, nothing computed): an input that is undefined, is not a leaf, does not
 // require grad, or is not reached from root; a root that does not require grad; run() twice,
