@@ -9,12 +9,12 @@
 #include "paratrain/data/tokenizer.h"
 #include "paratrain/kernels/cpu.h"
 #include "paratrain/nn/gpt.h"
-#include "paratrain/parallel/trainer.h"
+#include "paratrain/train/trainer.h"
 
 namespace paratrain::cli {
 
 int run_train(int argc, char** argv) {
-  parallel::TrainConfig c;
+  train::TrainConfig c;
   CLI::App app{"Train a model: one process, or one per rank under paratrain launch, mpirun or srun (docs/ddp.md)", "train"};
   app.option_defaults()->always_capture_default();
   app.add_option("--model", c.model, "gpt-nano | gpt-mini | gpt2-124m | gpt | mlp | cnn")
@@ -60,7 +60,10 @@ int run_train(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "shm", "tcp", "mpi"}));
   app.add_option("--dp", c.dp, "data-parallel ranks (0 = derived: world size / (tp x pp)); dp x tp x pp = world size");
   app.add_option("--tp", c.tp, "tensor-parallel ranks (Megatron-style, GPT models; 0 = derived, else 1; docs/tensor_parallel.md)");
-  app.add_option("--pp", c.pp, "pipeline stages (1 today; pipeline parallelism is not built yet)");
+  app.add_option("--pp", c.pp, "pipeline stages (GPT models; 0 = derived, else 1; docs/pipeline.md)");
+  app.add_option("--pp-schedule", c.pp_schedule, "pipeline schedule: gpipe | 1f1b | interleaved | zb1p (zero bubble)");
+  app.add_option("--pp-virtual", c.pp_virtual, "model chunks per pipeline rank (interleaved; 0 = 2 there, 1 otherwise)");
+  app.add_option("--pp-balance", c.pp_balance, "cut the blocks into stages by parameter count (params) or measured time (time)");
   app.add_flag("--sequence-parallel", c.sequence_parallel,
                "with --tp: LayerNorm and dropout on 1/tp of the sequence (all-gather/reduce-scatter instead of all-reduce)");
   app.add_option("--bucket-mb", c.bucket_mb, "DDP gradient bucket size in MiB");
@@ -71,8 +74,9 @@ int run_train(int argc, char** argv) {
                "--zero 3: free a block's gathered parameters after its forward (default; off keeps them until its "
                "backward: one gather less per block, more memory)");
   app.add_option("--recompute", c.recompute,
-                 "none | full: recompute each GPT block's activations in backward instead of keeping them (same "
-                 "gradients, less memory, about one more forward); selective is not built yet")
+                 "none | full | selective: recompute activations in backward instead of keeping them (same gradients, "
+                 "less memory): full recomputes each GPT block (about one more forward), selective only the "
+                 "attention internals")
       ->check(CLI::IsMember({"none", "full", "selective"}));
   app.add_option("--zero3-prefetch", c.zero3_prefetch,
                  "--zero 3: blocks whose all-gather is issued ahead of the one computing (default 1, 0 = none)");
@@ -93,7 +97,7 @@ int run_train(int argc, char** argv) {
   app.add_option("--checkpoint-every", c.checkpoint_every, "save every N optimizer steps (0 = only after the last step)");
   app.add_flag("--resume", c.resume, "continue from the latest checkpoint in --checkpoint-dir (fresh start if none)");
   if (!parse_or_throw(app, argc, argv)) return 0;
-  parallel::train(c, std::cerr);
+  train::train(c, std::cerr);
   return 0;
 }
 

@@ -94,6 +94,12 @@ void Module::replace_module(const std::string& name, std::shared_ptr<Module> m) 
   PT_THROW(InputError, "replace_module: no child module named '", name, "'");
 }
 
+Module& Module::child(const std::string& name) const {
+  for (const auto& [n, c] : children_)
+    if (n == name) return *c;
+  PT_THROW(InputError, "no child module named '", name, "'");
+}
+
 void Module::add_forward_wrapper(ForwardWrapper w) {
   if (!supports_forward_wrappers())
     PT_THROW(InputError, "add_forward_wrapper: this module's forward does not run wrappers (only GPTBlock and GPT do)");

@@ -51,6 +51,8 @@ class Module {
   // parallel version. The caller also updates any typed pointer the parent keeps to the
   // child. InputError when there is no such child.
   void replace_module(const std::string& name, std::shared_ptr<Module> m);
+  // The direct child `name`; InputError when there is none.
+  Module& child(const std::string& name) const;
 
   // Code that runs around this module's forward: fully sharded data parallelism gathers a
   // unit's parameters before it and frees them after (parallel/fsdp.h). A wrapper gets the

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-namespace paratrain::parallel {
+namespace paratrain::train {
 
 struct TrainConfig {
   // ---- model ----
@@ -44,13 +44,16 @@ struct TrainConfig {
   // Device mesh (parallel/mesh.h): dp x tp x pp = world size; 0 = derived (the one left out).
   int64_t dp = 0;                // data-parallel ranks
   int64_t tp = 0;                // tensor-parallel ranks (GPT models; docs/tensor_parallel.md)
-  int64_t pp = 0;                // pipeline stages (only 1 today)
+  int64_t pp = 0;                // pipeline stages (GPT models; docs/pipeline.md)
+  std::string pp_schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb1p
+  int pp_virtual = 0;                // model chunks per pipeline rank (interleaved; 0 = 2 there, 1 elsewhere)
+  std::string pp_balance = "params";  // params | time: how the blocks are cut into stages
   bool sequence_parallel = false;  // with tp > 1: LayerNorm/dropout on 1/tp of the sequence
   double bucket_mb = 25;         // DDP gradient bucket size, MiB
   int zero = 0;                  // ZeRO stage: 0 off, 1 shard optimizer state, 2 also gradients, 3 also parameters
   bool zero3_reshard_after_forward = true;  // --zero 3: free a block's parameters after its forward
   int zero3_prefetch = 1;        // --zero 3: blocks gathered ahead
-  std::string recompute = "none";  // none | full: recompute each block's activations in backward
+  std::string recompute = "none";  // none | full | selective: recompute activations in backward (full: whole blocks; selective: attention internals)
   std::string compress = "none";     // none | fp16 | bf16 | powersgd: DDP gradient compression
   int64_t powersgd_rank = 4;         // PowerSGD: rank of the factors
   int64_t powersgd_start_iter = 10;  // PowerSGD: plain f32 all-reduce for the first steps
@@ -66,4 +69,4 @@ struct TrainConfig {
   bool resume = false;           // continue from the latest checkpoint in checkpoint_dir
 };
 
-}  // namespace paratrain::parallel
+}  // namespace paratrain::train

@@ -11,9 +11,9 @@
 
 #include <iosfwd>
 
-#include "paratrain/parallel/train_config.h"
+#include "paratrain/train/config.h"
 
-namespace paratrain::parallel {
+namespace paratrain::train {
 
 struct TrainResult {
   int64_t steps = 0;
@@ -27,4 +27,4 @@ struct TrainResult {
 
 TrainResult train(const TrainConfig& cfg, std::ostream& log);
 
-}  // namespace paratrain::parallel
+}  // namespace paratrain::train

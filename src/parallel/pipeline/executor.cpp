@@ -1,0 +1,213 @@
+#include "paratrain/parallel/pipeline/executor.h"
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <utility>
+
+#include "paratrain/autograd/engine.h"
+#include "paratrain/autograd/split_backward.h"
+#include "paratrain/base/error.h"
+#include "paratrain/tensor/allocator.h"
+
+namespace paratrain::parallel::pipeline {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// One tag per message: the direction, the micro-batch and the model stage that receives it.
+int message_tag(int mb, int to_stage, int num_stages, bool gradient) {
+  return ((mb * num_stages + to_stage) << 1) | (gradient ? 1 : 0);
+}
+
+// What one (micro-batch, model stage) holds between its forward and its backward.
+struct Slot {
+  Tensor input;       // tokens, or a leaf requiring grad (hidden states)
+  Tensor output;      // hidden states, or the loss on the last stage
+  Tensor incoming;    // received (or handed over) activations, before the forward
+  comm::WorkPtr incoming_work;
+  Tensor grad;        // received (or handed over) gradient of `output`, before the backward
+  comm::WorkPtr grad_work;
+  std::optional<autograd::DeferredWeightGradients> deferred;  // zb1p: W after I
+  bool forward_done = false, backward_done = false;
+};
+
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(Schedule schedule, std::shared_ptr<comm::ProcessGroup> pp, int pp_rank,
+                                   Shape hidden_shape)
+    : schedule_(std::move(schedule)), pp_(std::move(pp)), pp_rank_(pp_rank), hidden_shape_(std::move(hidden_shape)) {
+  if (schedule_.spec.stages > 1 && !pp_)
+    PT_THROW(InputError, "PipelineExecutor: ", schedule_.spec.stages, " stages need a pipeline process group");
+  if (pp_rank_ < 0 || pp_rank_ >= schedule_.spec.stages)
+    PT_THROW(InputError, "PipelineExecutor: pipeline rank ", pp_rank_, " is not in [0, ", schedule_.spec.stages, ")");
+}
+
+PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
+  const int p = schedule_.spec.stages, S = schedule_.num_model_stages();
+  Allocator& alloc = allocator_for(Device::CPU);
+  const int64_t bytes_at_start = alloc.stats().bytes_in_use;
+  PipelineStepStats st;
+  const auto t_step = Clock::now();
+  std::map<std::pair<int, int>, Slot> slots;  // (micro-batch, model stage)
+  std::vector<comm::WorkPtr> sends;
+  std::vector<Tensor> sent;  // kept alive until their sends complete
+  int held = 0;
+  const auto stage_of = [&](const Action& a) { return a.chunk * p + pp_rank_; };
+  const auto wait = [&](comm::WorkPtr& w) {
+    if (!w) return;
+    const auto t = Clock::now();
+    w->wait();
+    st.p2p_wait_ms += ms_since(t);
+    w.reset();
+  };
+  const auto send = [&](const Tensor& t, int peer, int tag) {
+    Tensor c = t.detach().contiguous();
+    if (c.dtype() != DType::F32) c = c.to(DType::F32);
+    sends.push_back(pp_->send(c.data<float>(), static_cast<size_t>(c.numel()), DType::F32, peer, tag));
+    st.p2p_bytes += static_cast<int64_t>(c.numel()) * 4;
+    sent.push_back(std::move(c));
+  };
+  const auto post_recv = [&](Tensor& buf, comm::WorkPtr& work, int peer, int tag) {
+    buf = Tensor::empty(hidden_shape_, DType::F32);
+    work = pp_->recv(buf.data<float>(), static_cast<size_t>(buf.numel()), DType::F32, peer, tag);
+  };
+  // The gradient of a stage's output, as the backward seed (in the output's dtype).
+  const auto seed_of = [&](Slot& s, int stage) -> Tensor {
+    if (stage == S - 1) return fns.loss_seed;
+    wait(s.grad_work);
+    if (!s.grad.defined())
+      PT_THROW(Error, "pipeline rank ", pp_rank_, ": no gradient arrived for the output of stage ", stage);
+    return s.output.dtype() == DType::F32 ? s.grad : s.grad.to(s.output.dtype());
+  };
+  // After a backward (B or I): the input's gradient goes to the stage before (sent, or
+  // handed over on this rank).
+  const auto pass_gradient_upstream = [&](Slot& s, int mb, int stage) {
+    if (stage == 0) return;
+    const Tensor g = s.input.grad();
+    if (!g.defined()) PT_THROW(Error, "pipeline rank ", pp_rank_, ": stage ", stage, "'s input got no gradient");
+    if ((stage - 1) % p == pp_rank_) slots[{mb, stage - 1}].grad = g.detach().contiguous();
+  };
+  const auto release = [&](Slot& s) {
+    s.output = Tensor();
+    s.input = Tensor();
+    s.grad = Tensor();
+    --held;
+  };
+
+  for (const Action& a : schedule_.ranks[static_cast<size_t>(pp_rank_)]) {
+    const int stage = stage_of(a);
+    Slot& s = slots[{a.micro_batch, stage}];
+    switch (a.kind) {
+      case ActionKind::RecvF:
+        post_recv(s.incoming, s.incoming_work, a.peer, message_tag(a.micro_batch, stage, S, false));
+        break;
+      case ActionKind::RecvB:
+        post_recv(s.grad, s.grad_work, a.peer, message_tag(a.micro_batch, stage, S, true));
+        break;
+      case ActionKind::SendF:
+        send(s.output, a.peer, message_tag(a.micro_batch, stage + 1, S, false));
+        break;
+      case ActionKind::SendB:
+        send(s.input.grad(), a.peer, message_tag(a.micro_batch, stage - 1, S, true));
+        if (s.backward_done) release(s);  // after B; after I the W still needs the graph
+        break;
+      case ActionKind::Forward: {
+        if (stage == 0) {
+          s.input = fns.tokens(a.micro_batch);
+        } else {
+          wait(s.incoming_work);
+          if (!s.incoming.defined())
+            PT_THROW(Error, "pipeline rank ", pp_rank_, ": no activations arrived for stage ", stage, ", micro-batch ",
+                     a.micro_batch);
+          s.input = s.incoming.detach();
+          s.input.set_requires_grad(true);
+          s.incoming = Tensor();
+        }
+        const auto t = Clock::now();
+        s.output = fns.forward(a.micro_batch, a.chunk, s.input);
+        st.compute_ms += ms_since(t);
+        if (stage == S - 1) st.loss_sum += s.output.item();
+        // The next stage on this rank takes the output directly.
+        if (stage + 1 < S && (stage + 1) % p == pp_rank_) slots[{a.micro_batch, stage + 1}].incoming = s.output.detach();
+        s.forward_done = true;
+        st.peak_held = std::max(st.peak_held, ++held);
+        st.peak_activation_bytes = std::max(st.peak_activation_bytes, alloc.stats().bytes_in_use - bytes_at_start);
+        break;
+      }
+      case ActionKind::Backward: {
+        const Tensor seed = seed_of(s, stage);
+        const auto t = Clock::now();
+        autograd::backward(s.output, seed);
+        st.compute_ms += ms_since(t);
+        pass_gradient_upstream(s, a.micro_batch, stage);
+        s.backward_done = true;
+        if (stage == 0 || (stage - 1) % p == pp_rank_) release(s);  // else after its SEND_B
+        break;
+      }
+      case ActionKind::BackwardInput: {
+        const Tensor seed = seed_of(s, stage);
+        const auto t = Clock::now();
+        std::vector<Tensor> inputs;
+        if (stage > 0) inputs.push_back(s.input);
+        s.deferred.emplace(autograd::backward_input(s.output, seed, inputs));
+        st.compute_ms += ms_since(t);
+        pass_gradient_upstream(s, a.micro_batch, stage);
+        s.output = Tensor();
+        break;
+      }
+      case ActionKind::BackwardWeight: {
+        if (!s.deferred) PT_THROW(Error, "pipeline rank ", pp_rank_, ": W of micro-batch ", a.micro_batch, " before its I");
+        const auto t = Clock::now();
+        s.deferred->run();
+        st.compute_ms += ms_since(t);
+        s.deferred.reset();
+        release(s);
+        break;
+      }
+    }
+  }
+  for (auto& w : sends) wait(w);
+  st.wall_ms = ms_since(t_step);
+  return st;
+}
+
+Tensor PipelineExecutor::forward_only(const StageFunctions& fns, int mb) {
+  const int p = schedule_.spec.stages, S = schedule_.num_model_stages();
+  Tensor x;
+  std::vector<comm::WorkPtr> sends;
+  std::vector<Tensor> sent;
+  for (int stage = 0; stage < S; ++stage) {
+    const int owner = stage % p;
+    const int prev = (stage - 1 + p) % p;
+    if (owner != pp_rank_) {
+      // Hand over: the owner of the stage before sends to this stage's owner.
+      continue;
+    }
+    Tensor input;
+    if (stage == 0) {
+      input = fns.tokens(mb);
+    } else if (prev == pp_rank_) {
+      input = x;
+    } else {
+      input = Tensor::empty(hidden_shape_, DType::F32);
+      pp_->recv(input.data<float>(), static_cast<size_t>(input.numel()), DType::F32, prev,
+                message_tag(mb, stage, S, false))
+          ->wait();
+    }
+    x = fns.forward(mb, stage / p, input);
+    if (stage + 1 < S && (stage + 1) % p != pp_rank_) {
+      Tensor c = x.contiguous();
+      if (c.dtype() != DType::F32) c = c.to(DType::F32);
+      sends.push_back(pp_->send(c.data<float>(), static_cast<size_t>(c.numel()), DType::F32, (stage + 1) % p,
+                                message_tag(mb, stage + 1, S, false)));
+      sent.push_back(c);
+    }
+  }
+  for (auto& w : sends) w->wait();
+  return holds_model_stage(S - 1) ? x : Tensor();
+}
+
+}  // namespace paratrain::parallel::pipeline

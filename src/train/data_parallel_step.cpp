@@ -1,0 +1,60 @@
+#include "data_parallel_step.h"
+
+#include <chrono>
+#include <thread>
+
+#include "paratrain/autograd/engine.h"
+#include "paratrain/tensor/allocator.h"
+
+namespace paratrain::train {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
+
+DataParallelStep::DataParallelStep(Task& task, ParallelModel& model, MicroBatches batches, int64_t grad_accum,
+                                   DType compute_dtype, autograd::WeightCastCache* half_copies, double slowdown)
+    : task_(task),
+      model_(model),
+      batches_(std::move(batches)),
+      grad_accum_(grad_accum),
+      compute_dtype_(compute_dtype),
+      half_copies_(half_copies),
+      slowdown_(slowdown) {}
+
+StepOutcome DataParallelStep::run(int64_t step, const Tensor& seed) {
+  StepOutcome out;
+  Allocator& alloc = allocator_for(Device::CPU);
+  const auto t0 = Clock::now();
+  for (int64_t k = 0; k < grad_accum_; ++k) {
+    const bool last = k + 1 == grad_accum_;
+    std::optional<parallel::NoSyncScope> no_sync = last ? std::nullopt : model_.no_sync();
+    if (k == 0) batches_.announce(step + 1);
+    const auto t_micro = Clock::now();
+    const data::Batch& batch = batches_.next(step, k);
+    Tensor loss;
+    const int64_t in_use_before_forward = alloc.stats().bytes_in_use;
+    {
+      autograd::AutocastGuard autocast(compute_dtype_, half_copies_);
+      loss = task_.loss(batch.inputs, batch.targets);
+    }
+    // What the forward left allocated: the activations saved for backward (on the very first
+    // step also the parameters' half copies, made then and kept).
+    out.activation_bytes = std::max(out.activation_bytes, alloc.stats().bytes_in_use - in_use_before_forward);
+    out.loss_sum += loss.item();
+    const double forward_s = seconds_since(t_micro);
+    // A simulated slow device is slow before its gradients exist: idle (F-1) x the last
+    // micro-step's compute time (3 x this forward's at the very first) before backward.
+    if (slowdown_ > 1.0)
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>((slowdown_ - 1.0) * (last_micro_s_ > 0 ? last_micro_s_ : 3.0 * forward_s)));
+    const auto t_backward = Clock::now();
+    autograd::backward(loss, seed);
+    last_micro_s_ = forward_s + seconds_since(t_backward);
+  }
+  out.compute_s = seconds_since(t0);
+  return out;
+}
+
+}  // namespace paratrain::train
