@@ -9,6 +9,13 @@
 // PeerTimeout (naming the peer) when it passes, or PeerFailure when the peer died or its
 // connection broke. At most one send and one receive are open per pair at a time.
 //
+// The try_ calls are the non-blocking forms used by the point-to-point engine (p2p.h),
+// which progresses many pairs from one thread: they return nullptr where the blocking call
+// would wait, and throw PeerFailure where it would (a dead peer, a broken connection). A
+// peer that closed its group cleanly is no failure for them: peer_left() says so, and a
+// try_recv_begin that still returns nullptr after peer_left() returned true will never
+// get more data (everything the peer sent is visible once its close is).
+//
 // A Transport is a rank's set of pairs in one group; it owns liveness monitoring.
 // Thread-safety: one thread uses a transport at a time (the group's executing thread).
 #pragma once
@@ -52,6 +59,9 @@ class Pair {
   virtual void send_end(size_t bytes) = 0;
   virtual const void* recv_begin(size_t* bytes, const Deadline& deadline) = 0;
   virtual void recv_end() = 0;
+  virtual void* try_send_begin() = 0;
+  virtual const void* try_recv_begin(size_t* bytes) = 0;
+  virtual bool peer_left() = 0;
 };
 
 class Transport {

@@ -197,6 +197,22 @@ class ShmPair : public Pair {
     *bytes = recv_->sizes[recv_tail_ % d_->slots];
     return recv_data_ + size_t(recv_tail_ % d_->slots) * d_->config.slot_bytes;
   }
+  void* try_send_begin() override {
+    uint32_t slots = d_->slots;
+    if (send_head_ - send_->tail.load(std::memory_order_acquire) < slots)
+      return send_data_ + size_t(send_head_ % slots) * d_->config.slot_bytes;
+    if (d_->failed_peer.load() >= 0) d_->throw_failure();
+    return nullptr;
+  }
+  const void* try_recv_begin(size_t* bytes) override {
+    if (recv_->head.load(std::memory_order_acquire) != recv_tail_) {
+      *bytes = recv_->sizes[recv_tail_ % d_->slots];
+      return recv_data_ + size_t(recv_tail_ % d_->slots) * d_->config.slot_bytes;
+    }
+    if (d_->failed_peer.load() >= 0) d_->throw_failure();
+    return nullptr;
+  }
+  bool peer_left() override { return peer_header_->closed.load(std::memory_order_seq_cst) != 0; }
   void recv_end() override {
     ++recv_tail_;
     recv_->tail.store(recv_tail_, std::memory_order_seq_cst);

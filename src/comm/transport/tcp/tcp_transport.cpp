@@ -149,6 +149,29 @@ class TcpPair : public Pair {
     }
     cv_.notify_all();
   }
+  void* try_send_begin() override {
+    std::unique_lock<std::mutex> l(mu_);
+    size_t slot = head_ % K_;
+    if (head_ < K_ || send_done_[slot] >= head_ - K_ + 1) return send_buf_.data() + slot * cfg_.slot_bytes;
+    if (!failure_.empty() || stop_) throw_broken();
+    return nullptr;
+  }
+  const void* try_recv_begin(size_t* bytes) override {
+    std::unique_lock<std::mutex> l(mu_);
+    size_t slot = tail_ % K_;
+    if (recv_ready_[slot] == tail_ + 1) {
+      *bytes = recv_len_[slot];
+      return recv_buf_.data() + slot * cfg_.slot_bytes;
+    }
+    const size_t stream = tail_ % socks_.size();
+    if (!failure_.empty() || stop_ || (eof_[stream] && !goodbye_[stream])) throw_broken();
+    return nullptr;
+  }
+  bool peer_left() override {
+    std::unique_lock<std::mutex> l(mu_);
+    const size_t stream = tail_ % socks_.size();
+    return eof_[stream] && goodbye_[stream];
+  }
 
  private:
   // Every published segment is on the wire. Older ones than the last K_ are: their slots
@@ -169,22 +192,26 @@ class TcpPair : public Pair {
     for (;;) {
       if (ready()) return;
       const size_t stream = tail_ % socks_.size();
-      bool broken = !failure_.empty() || (for_recv && eof_[stream]);
-      if (broken) {
-        int p = peer_;
-        std::string w = !failure_.empty() ? failure_
-                        : goodbye_[stream]
-                            ? detail::concat("rank ", peer_, " left the group (its process group was destroyed)")
-                            : detail::concat("connection to rank ", peer_, " closed (rank ", peer_,
-                                             " died or left the group)");
-        first_->record(p, w);
-        first_->get(&p, &w);  // name the first rank whose connection broke
-        throw PeerFailure(p, w);
-      }
+      if (!failure_.empty() || (for_recv && eof_[stream])) throw_broken();
       if (stop_) throw PeerFailure(peer_, "transport closed");
       if (deadline.expired()) throw PeerTimeout(peer_, detail::concat("timed out waiting for ", what, " rank ", peer_));
       cv_.wait_for(l, std::chrono::milliseconds(std::min<int64_t>(50, deadline.remaining_ms() + 1)));
     }
+  }
+  // Throws the pair's failure (mu_ held): a broken write, or the end of the stream that
+  // carries segment tail_ (the peer's goodbye: it left; a plain EOF: it died).
+  [[noreturn]] void throw_broken() {
+    const size_t stream = tail_ % socks_.size();
+    if (failure_.empty() && !eof_[stream] && stop_) throw PeerFailure(peer_, "transport closed");
+    int p = peer_;
+    std::string w = !failure_.empty() ? failure_
+                    : goodbye_[stream]
+                        ? detail::concat("rank ", peer_, " left the group (its process group was destroyed)")
+                        : detail::concat("connection to rank ", peer_, " closed (rank ", peer_,
+                                         " died or left the group)");
+    first_->record(p, w);
+    first_->get(&p, &w);  // name the first rank whose connection broke
+    throw PeerFailure(p, w);
   }
   void fail(const std::string& why) {
     {
