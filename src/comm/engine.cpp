@@ -44,6 +44,25 @@ WorkPtr Engine::enqueue(WorkPtr work, std::function<void()> fn, Size size) {
   return work;
 }
 
+WorkPtr Engine::submit_deferred(std::function<std::string()> describe, std::function<void(const WorkPtr&)> start) {
+  auto work = std::make_shared<Work>(std::move(describe));
+  work->set_helper([this](Work* w) { help(w); });
+  std::unique_lock<std::mutex> l(mu_);
+  Task t{work, nullptr, SteadyClock::now() + kLargeGrace, false};
+  t.start = std::move(start);
+  ++submitted_;
+  if (queue_.empty() && !executing_) {
+    run(t, l);  // nothing before it: start it here and now (it does not block)
+    if (thread_idle_ && !queue_.empty()) cv_.notify_all();  // what came meanwhile
+    return work;
+  }
+  queue_.push_back(std::move(t));
+  bool wake = thread_idle_;
+  l.unlock();
+  if (wake) cv_.notify_all();
+  return work;
+}
+
 void Engine::set_broken(const std::string& why) {
   std::lock_guard<std::mutex> l(mu_);
   if (broken_.empty()) broken_ = why;
@@ -59,6 +78,13 @@ void Engine::run(Task& t, std::unique_lock<std::mutex>& l) {
         CommError(t.work->description() + " not run: the group is unusable after an earlier failure: " + broken));
   } else {
     try {
+      if (t.start) {
+        t.start(t.work);
+        t.start = nullptr;
+        l.lock();
+        executing_ = false;
+        return;  // its new owner finishes the Work
+      }
       t.fn();
     } catch (const std::exception& e) {
       error = std::current_exception();
@@ -70,6 +96,7 @@ void Engine::run(Task& t, std::unique_lock<std::mutex>& l) {
   }
   t.work->finish(error);
   t.fn = nullptr;
+  t.start = nullptr;
   l.lock();
   executing_ = false;
 }

@@ -10,6 +10,13 @@
 // without tasks it sleeps until the next submission wakes it. After a task fails, the
 // engine is broken: later tasks fail at once with a CommError that quotes the first
 // failure. Thread-safe.
+//
+// Deferred tasks (submit_deferred) are operations that only start in the queue: their
+// `start` runs in order like any task, hands the Work to someone else (the p2p engine, an
+// MPI request poller) and returns; that one finishes the Work later, while later tasks run.
+// A deferred task submitted while the engine is idle (nothing queued or executing) starts
+// at once on the calling thread: it is non-blocking, and so a non-blocking send is on its
+// way before the call returns.
 #pragma once
 
 #include <condition_variable>
@@ -35,6 +42,9 @@ class Engine {
   WorkPtr submit(std::string description, std::function<void()> fn, Size size = Size::kLarge);
   // Same, with the description made only if someone asks for it (errors, description()).
   WorkPtr submit(std::function<std::string()> describe, std::function<void()> fn, Size size = Size::kLarge);
+  // A task whose Work `start` hands on (it must finish it, success or failure, within its
+  // deadline); a throwing `start` fails the Work and breaks the engine.
+  WorkPtr submit_deferred(std::function<std::string()> describe, std::function<void(const WorkPtr&)> start);
   // Marks the engine broken (used by a backend that learned of a failure).
   void set_broken(const std::string& why);
 
@@ -44,6 +54,7 @@ class Engine {
     std::function<void()> fn;
     std::chrono::steady_clock::time_point take_after;  // the background thread's turn
     bool small = false;
+    std::function<void(const WorkPtr&)> start = nullptr;  // a deferred task (fn is empty)
   };
   WorkPtr enqueue(WorkPtr work, std::function<void()> fn, Size size);
   void loop();
