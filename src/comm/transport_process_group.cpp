@@ -41,6 +41,10 @@ TransportProcessGroup::TransportProcessGroup(std::shared_ptr<Store> store, int r
   tc.tcp.slot_bytes = tc.shm.slot_bytes;
   tc.tcp.slots = std::max<size_t>(4, options_.shm_staging_bytes / std::max<size_t>(tc.shm.slot_bytes, 4096));
   transport_ = create_transport(*store_, rank, size, tc, Deadline::after_seconds(options_.timeout_s));
+  // send/recv get pairs of their own, so a message in flight never sits between two
+  // collectives on a channel (p2p.h).
+  PrefixStore p2p_store("p2p", store_);
+  p2p_transport_ = create_transport(p2p_store, rank, size, tc, Deadline::after_seconds(options_.timeout_s));
   // Ranks leave initialisation together (the store keys of this group are then all used).
   store_->add("init_done", 1);
   store_->set("init_done/" + std::to_string(rank), "1");
@@ -48,9 +52,14 @@ TransportProcessGroup::TransportProcessGroup(std::shared_ptr<Store> store, int r
   for (int r = 0; r < size; ++r) keys.push_back("init_done/" + std::to_string(r));
   store_->wait(keys, std::chrono::milliseconds(static_cast<int64_t>(options_.timeout_s * 1000)));
   engine_ = std::make_unique<Engine>();
+  p2p_ = std::make_unique<P2pEngine>(p2p_transport_.get(), options_.timeout_s,
+                                     [this](const std::string& why) { engine_->set_broken(why); });
 }
 
-TransportProcessGroup::~TransportProcessGroup() { engine_.reset(); }
+TransportProcessGroup::~TransportProcessGroup() {
+  engine_.reset();  // starts every queued send/recv
+  p2p_.reset();     // waits for them (each has its deadline)
+}
 
 std::string TransportProcessGroup::describe(const Call& c, uint64_t seq) {
   std::string s = detail::concat(op_type_name(c.op), " #", seq);
@@ -59,8 +68,8 @@ std::string TransportProcessGroup::describe(const Call& c, uint64_t seq) {
   if (c.op == OpType::kAllreduce || c.op == OpType::kReduce || c.op == OpType::kReduceScatter)
     s += detail::concat(", ", reduce_op_name(c.reduce_op));
   if (c.op == OpType::kBroadcast || c.op == OpType::kReduce) s += detail::concat(", root ", c.root);
-  if (c.op == OpType::kSend) s += detail::concat(", to rank ", c.root);
-  if (c.op == OpType::kRecv) s += detail::concat(", from rank ", c.root);
+  if (c.op == OpType::kSend) s += detail::concat(", to rank ", c.root, ", tag ", c.tag);
+  if (c.op == OpType::kRecv) s += detail::concat(", from rank ", c.root, ", tag ", c.tag);
   return s + ")";
 }
 
@@ -88,11 +97,28 @@ void TransportProcessGroup::check_fingerprint(algorithms::Context& ctx, const Ca
                show(r, all[r]));
 }
 
-WorkPtr TransportProcessGroup::submit(const Call& call, std::function<void(algorithms::Context&)> fn) {
+void TransportProcessGroup::check_dtype(const Call& call) {
   if (call.op != OpType::kBarrier && call.dtype != DType::F32 && call.dtype != DType::BF16 && call.dtype != DType::F16 && call.dtype != DType::I32 &&
       call.dtype != DType::I64)
     PT_THROW(InputError, op_type_name(call.op), ": dtype ", dtype_name(call.dtype),
              " is not supported (f32, bf16, f16, i32, i64)");
+}
+
+WorkPtr TransportProcessGroup::submit_p2p(const Call& call, const void* buf) {
+  check_dtype(call);
+  uint64_t seq = seq_++;
+  return engine_->submit_deferred(std::function<std::string()>([call, seq] { return describe(call, seq); }),
+                                  [this, call, buf](const WorkPtr& w) {
+                                    if (call.op == OpType::kSend)
+                                      p2p_->post_send(w, buf, call.count, call.dtype, call.root, call.tag);
+                                    else
+                                      p2p_->post_recv(w, const_cast<void*>(buf), call.count, call.dtype, call.root,
+                                                      call.tag);
+                                  });
+}
+
+WorkPtr TransportProcessGroup::submit(const Call& call, std::function<void(algorithms::Context&)> fn) {
+  check_dtype(call);
   uint64_t seq = seq_++;
   bool collective = call.op != OpType::kSend && call.op != OpType::kRecv;
   // Small calls are left up to a poll period (no wake-up), others 50 us, for the caller's
@@ -172,17 +198,13 @@ WorkPtr TransportProcessGroup::all_to_all(const void* in, void* out, size_t coun
 WorkPtr TransportProcessGroup::send(const void* buf, size_t count, DType dtype, int dst, int tag) {
   check_rank(dst, size_, "send: destination");
   if (dst == rank_) PT_THROW(InputError, "send: rank ", rank_, " cannot send to itself");
-  return submit({OpType::kSend, dtype, count, dst, ReduceOp::kSum}, [=](algorithms::Context& ctx) {
-    algorithms::send_p2p(ctx, buf, count * dtype_size(dtype), dst, tag);
-  });
+  return submit_p2p({OpType::kSend, dtype, count, dst, ReduceOp::kSum, tag}, buf);
 }
 
 WorkPtr TransportProcessGroup::recv(void* buf, size_t count, DType dtype, int src, int tag) {
   check_rank(src, size_, "recv: source");
   if (src == rank_) PT_THROW(InputError, "recv: rank ", rank_, " cannot receive from itself");
-  return submit({OpType::kRecv, dtype, count, src, ReduceOp::kSum}, [=](algorithms::Context& ctx) {
-    algorithms::recv_p2p(ctx, buf, count * dtype_size(dtype), src, tag);
-  });
+  return submit_p2p({OpType::kRecv, dtype, count, src, ReduceOp::kSum, tag}, buf);
 }
 
 WorkPtr TransportProcessGroup::barrier() {

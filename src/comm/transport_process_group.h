@@ -7,6 +7,7 @@
 
 #include "comm/algorithms/algorithms.h"
 #include "comm/engine.h"
+#include "comm/p2p.h"
 #include "comm/transport/mesh_transport.h"
 #include "paratrain/comm/process_group.h"
 
@@ -43,13 +44,19 @@ class TransportProcessGroup : public ProcessGroup {
     size_t count;
     int root;  // or peer; -1 if none
     ReduceOp reduce_op;
+    int tag = 0;  // send/recv
   };
   WorkPtr submit(const Call& call, std::function<void(algorithms::Context&)> fn);
+  // send/recv: started in call order on the engine, then progressed by p2p_.
+  WorkPtr submit_p2p(const Call& call, const void* buf);
+  static void check_dtype(const Call& call);
   void check_fingerprint(algorithms::Context& ctx, const Call& call, uint64_t seq);
   static std::string describe(const Call& call, uint64_t seq);
 
   std::shared_ptr<Store> store_;
   std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Transport> p2p_transport_;  // send/recv only (their own pairs)
+  std::unique_ptr<P2pEngine> p2p_;
   std::vector<char> scratch_;
   uint64_t seq_ = 0;
   int next_group_id_ = 0;

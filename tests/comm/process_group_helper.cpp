@@ -5,6 +5,13 @@
 //             CommError naming it within the peer timeout
 //   mismatch  rank 0 calls allreduce, the others broadcast (run with PARATRAIN_DEBUG=detail)
 //   deadline  rank 1 joins its allreduce only after rank 0 timed out; rank 0 must name rank 1
+//   p2p_swap  2 ranks: each sends 64 MiB to the other first, then receives (both must
+//             complete, data exact)
+//   p2p_ring  every rank sends to its next and previous rank at once, messages around the
+//             eager limit, the slot and the staging size on one tag each, and only then
+//             posts the recvs (in reverse order); data exact
+//   p2p_bw    2 ranks: prints the bandwidth of 64 MiB messages, one way (rank 0 -> 1) and
+//             both ways at once (a figure for docs/comm.md, never asserted)
 // Exit code 0 when the rank saw what it should; the failure is printed otherwise.
 #include <signal.h>
 #include <unistd.h>
@@ -15,6 +22,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/comm_check.h"
 #include "paratrain/base/error.h"
@@ -140,6 +148,119 @@ static int deadline() {
   return 1;
 }
 
+// Element i of the message number k from rank src to rank dst.
+static int32_t p2p_value(int src, int dst, int k, size_t i) {
+  return int32_t(uint32_t(i) * 2654435761u ^ uint32_t(src * 1000003 + dst * 7919 + k * 131));
+}
+
+static size_t p2p_wrong(const std::vector<int32_t>& got, int src, int dst, int k) {
+  size_t wrong = 0;
+  for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != p2p_value(src, dst, k, i);
+  return wrong;
+}
+
+static int p2p_swap() {
+  auto pg = create_process_group_from_env();
+  if (pg->size() != 2) return 2;
+  const int r = pg->rank(), peer = 1 - r;
+  const size_t count = size_t(16) << 20;  // 64 MiB of i32
+  std::vector<int32_t> out(count), in(count, 0);
+  for (size_t i = 0; i < count; ++i) out[i] = p2p_value(r, peer, 0, i);
+  auto s = pg->send(out.data(), count, DType::I32, peer, 3);
+  auto v = pg->recv(in.data(), count, DType::I32, peer, 3);
+  s->wait();
+  v->wait();
+  if (size_t wrong = p2p_wrong(in, peer, r, 0)) {
+    std::fprintf(stderr, "rank %d: %zu wrong elements of 64 MiB\n", r, wrong);
+    return 1;
+  }
+  std::printf("rank %d p2p_swap ok (%s)\n", r, pg->backend_name().c_str());
+  return 0;
+}
+
+static int p2p_ring() {
+  auto pg = create_process_group_from_env();
+  const int n = pg->size(), r = pg->rank();
+  if (n < 2) return 2;
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  // i32 elements: the eager limit (64 KiB), one slot less its frame header (512 KiB - 32
+  // bytes), the staging ring (4 MiB), each just below, at and above.
+  const std::vector<size_t> counts = {0,      1,      16383,  16384,  16385,   131063,
+                                      131064, 131065, 1048575, 1048576, 1048577};
+  const int K = int(counts.size());
+  std::vector<std::vector<int32_t>> to_next(K), to_prev(K), from_next(K), from_prev(K);
+  std::vector<WorkPtr> works;
+  for (int k = 0; k < K; ++k) {
+    to_next[k].resize(counts[k]);
+    to_prev[k].resize(counts[k]);
+    from_next[k].assign(counts[k], 0);
+    from_prev[k].assign(counts[k], 0);
+    for (size_t i = 0; i < counts[k]; ++i) {
+      to_next[k][i] = p2p_value(r, next, k, i);
+      to_prev[k][i] = p2p_value(r, prev, k, i);
+    }
+    // With 2 ranks next == prev: the tags keep the two directions' messages apart.
+    works.push_back(pg->send(to_next[k].data(), counts[k], DType::I32, next, 100 + k));
+    works.push_back(pg->send(to_prev[k].data(), counts[k], DType::I32, prev, 200 + k));
+  }
+  for (int k = K - 1; k >= 0; --k) {
+    works.push_back(pg->recv(from_prev[k].data(), counts[k], DType::I32, prev, 100 + k));
+    works.push_back(pg->recv(from_next[k].data(), counts[k], DType::I32, next, 200 + k));
+  }
+  for (auto& w : works) w->wait();
+  size_t wrong = 0;
+  for (int k = 0; k < K; ++k) wrong += p2p_wrong(from_prev[k], prev, r, k) + p2p_wrong(from_next[k], next, r, k);
+  if (wrong) {
+    std::fprintf(stderr, "rank %d: %zu wrong elements\n", r, wrong);
+    return 1;
+  }
+  std::printf("rank %d p2p_ring ok (%s)\n", r, pg->backend_name().c_str());
+  return 0;
+}
+
+static double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+static int p2p_bw() {
+  auto pg = create_process_group_from_env();
+  if (pg->size() != 2) return 2;
+  const int r = pg->rank(), peer = 1 - r;
+  const size_t count = size_t(16) << 20;  // 64 MiB of f32
+  const double bytes = double(count) * 4;
+  const int iters = 8;
+  std::vector<float> out(count, float(r + 1)), in(count);
+  double one_way = 0, both_ways = 0;
+  for (int round = 0; round < 2; ++round) {  // round 0 warms up
+    pg->barrier()->wait();
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) {
+      if (r == 0) pg->send(out.data(), count, DType::F32, peer, 1)->wait();
+      else pg->recv(in.data(), count, DType::F32, peer, 1)->wait();
+    }
+    pg->barrier()->wait();
+    one_way = bytes * iters / seconds_since(t0) / 1e9;
+  }
+  if (std::getenv("PARATRAIN_BW_BOTH")) {  // needs non-blocking large sends
+    for (int round = 0; round < 2; ++round) {
+      pg->barrier()->wait();
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) {
+        auto s = pg->send(out.data(), count, DType::F32, peer, 2);
+        auto v = pg->recv(in.data(), count, DType::F32, peer, 2);
+        s->wait();
+        v->wait();
+      }
+      pg->barrier()->wait();
+      both_ways = bytes * iters / seconds_since(t0) / 1e9;
+    }
+  }
+  if (r == 0)
+    std::printf("p2p %s: 64 MiB one way %.2f GB/s, both ways %.2f GB/s per direction\n", pg->backend_name().c_str(),
+                one_way, both_ways);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "ops";
   try {
@@ -148,6 +269,9 @@ int main(int argc, char** argv) {
     if (mode == "kill") return kill_mode();
     if (mode == "mismatch") return mismatch();
     if (mode == "deadline") return deadline();
+    if (mode == "p2p_bw") return p2p_bw();
+    if (mode == "p2p_swap") return p2p_swap();
+    if (mode == "p2p_ring") return p2p_ring();
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
   } catch (const std::exception& e) {

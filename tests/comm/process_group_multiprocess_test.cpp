@@ -171,6 +171,25 @@ INSTANTIATE_TEST_SUITE_P(Comm, MultiProcess,
                            return std::string(info.param.backend) + "_n" + std::to_string(info.param.n);
                          });
 
+// Non-blocking send/recv between real processes: both ranks send 64 MiB to each other before
+// either receives (a large send waits for nothing but its own recv), and a ring where every
+// rank sends to both neighbours at once, around the eager, slot and staging sizes.
+class P2p : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(P2p, TwoRanksBothSend64MiBFirstThenReceive) {
+  Result r = run_ranks(2, "p2p_swap", {std::string("PARATRAIN_BACKEND=") + GetParam()}, 120);
+  expect_all_ok(r);
+  EXPECT_EQ(job_shm_segments(r), 0);
+}
+
+TEST_P(P2p, FourRanksSendToBothNeighboursThenReceive) {
+  Result r = run_ranks(4, "p2p_ring", {std::string("PARATRAIN_BACKEND=") + GetParam()}, 120);
+  expect_all_ok(r);
+  EXPECT_EQ(job_shm_segments(r), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Comm, P2p, ::testing::Values("shm", "tcp"));
+
 class KilledRank : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(KilledRank, SurvivorsFailNamingTheDeadRankAndShmIsClean) {
@@ -218,6 +237,21 @@ TEST(MultiProcessMpi, EveryOpUnderMpirun) {
     std::vector<std::vector<std::string>> argvs = {{"mpirun", "-np", std::to_string(n), "--oversubscribe",
                                                     "--allow-run-as-root", "--mca", "btl", "self,vader",
                                                     "-x", "PARATRAIN_BACKEND=mpi", kHelper, "ops"}};
+    Result r = spawn(argvs, {{"OMPI_MCA_rmaps_base_oversubscribe=1"}}, 120);
+    EXPECT_FALSE(r.timed_out) << r.output;
+    EXPECT_EQ(r.codes[0], 0) << r.output;
+    EXPECT_NE(r.output.find("(mpi)"), std::string::npos) << r.output;
+  }
+}
+
+// The same non-blocking pattern under mpirun (MPI_Isend / MPI_Irecv, completed in the
+// background).
+TEST(MultiProcessMpi, SendRecvDoNotBlockEachOtherUnderMpirun) {
+  ASSERT_EQ(::access("/usr/bin/mpirun", X_OK), 0) << "mpirun is missing: scripts/install_deps.sh installs openmpi-bin";
+  for (const char* mode : {"p2p_swap", "p2p_ring"}) {
+    std::vector<std::vector<std::string>> argvs = {{"mpirun", "-np", mode == std::string("p2p_swap") ? "2" : "4",
+                                                    "--oversubscribe", "--allow-run-as-root", "--mca", "btl",
+                                                    "self,vader", "-x", "PARATRAIN_BACKEND=mpi", kHelper, mode}};
     Result r = spawn(argvs, {{"OMPI_MCA_rmaps_base_oversubscribe=1"}}, 120);
     EXPECT_FALSE(r.timed_out) << r.output;
     EXPECT_EQ(r.codes[0], 0) << r.output;

@@ -56,7 +56,5 @@ void broadcast_chain(const Context& ctx, void* buf, size_t count, DType dtype, i
 void reduce_chain(const Context& ctx, void* buf, size_t count, DType dtype, ReduceOp op, int root);
 void all_to_all_direct(const Context& ctx, const void* in, void* out, size_t count, DType dtype);
 void barrier_dissemination(const Context& ctx);
-void send_p2p(const Context& ctx, const void* buf, size_t bytes, int dst, int tag);
-void recv_p2p(const Context& ctx, void* buf, size_t bytes, int src, int tag);
 
 }  // namespace paratrain::comm::algorithms
