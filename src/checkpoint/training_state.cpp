@@ -36,6 +36,17 @@ void check_tp_index(const char* fn, int tp_index, int tp_size) {
     PT_THROW(InputError, fn, ": tensor-parallel index ", tp_index, " of ", tp_size, " does not exist");
 }
 
+// InputError unless pp_index is one of pp_size pipeline stages (`fn` names the caller).
+void check_pp_index(const char* fn, int pp_index, int pp_size) {
+  if (pp_size < 1 || pp_index < 0 || pp_index >= pp_size)
+    PT_THROW(InputError, fn, ": pipeline stage ", pp_index, " of ", pp_size, " does not exist");
+}
+
+// " on pipeline stage S" (pp > 1), for messages about one stage's tensors; "" without stages.
+std::string stage_str(int stage, int pp) {
+  return pp > 1 ? " on pipeline stage " + std::to_string(stage) : std::string();
+}
+
 // Writes a shard or part file D/step_<N>/<name> (atomically, as save_safetensors does) and
 // returns what the manifest lists of it: name, size and CRC32.
 template <typename Tensors>
@@ -130,6 +141,48 @@ std::map<std::string, Tensor> join_across_tp(const std::string& ckpt,
   return out;
 }
 
+// The whole model (or optimizer state) from each pipeline stage's whole tensors (stages[p]:
+// stage p's, already joined across tp): their union. A name more than one stage holds (GPT's
+// tied wte.weight on the first and last stage, and its optimizer state) is taken from the
+// lowest stage holding it; every other stage's copy must equal it in shape, dtype and every
+// bit, else the checkpoint is damaged (an inconsistent save), named with the tensor and the two
+// stages. `what` prefixes the tensor's name in messages. The stages are released as united.
+std::map<std::string, Tensor> unite_stages(const std::string& ckpt, std::vector<std::map<std::string, Tensor>>& stages,
+                                           const std::string& what) {
+  if (stages.size() == 1) return std::move(stages[0]);
+  std::map<std::string, Tensor> out;
+  std::map<std::string, int> from;  // the stage each name was taken from
+  for (size_t p = 0; p < stages.size(); ++p) {
+    for (auto& [name, t] : stages[p]) {
+      const auto it = out.find(name);
+      if (it == out.end()) {
+        out.emplace(name, std::move(t));
+        from[name] = static_cast<int>(p);
+        continue;
+      }
+      const Tensor& first = it->second;
+      const std::string pair = " differs between pipeline stages " + std::to_string(from[name]) + " and " +
+                               std::to_string(p) + " (";
+      const std::string tail = "; every stage holding a tensor must hold the same copy)";
+      if (first.shape() != t.shape())
+        damaged(ckpt, what + name + pair + shape_str(first.shape()) + " against " + shape_str(t.shape()) + tail);
+      if (first.dtype() != t.dtype())
+        damaged(ckpt, what + name + pair + dtype_name(first.dtype()) + " against " + dtype_name(t.dtype()) + tail);
+      const Tensor a = first.contiguous(), b = t.contiguous();
+      if (std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) != 0) {
+        const size_t esize = a.numel() > 0 ? a.nbytes() / static_cast<size_t>(a.numel()) : 1;
+        const auto* pa = static_cast<const unsigned char*>(a.data_ptr());
+        const auto* pb = static_cast<const unsigned char*>(b.data_ptr());
+        size_t at = 0;
+        while (at < a.nbytes() && pa[at] == pb[at]) ++at;
+        damaged(ckpt, what + name + pair + "the bytes differ from flat element " + std::to_string(at / esize) + tail);
+      }
+    }
+    stages[p].clear();
+  }
+  return out;
+}
+
 // step_<N> -> N; -1 when the name is not of that form.
 int64_t parse_step_name(const std::string& name) {
   if (name.size() <= 5 || name.compare(0, 5, "step_") != 0) return -1;
@@ -199,6 +252,11 @@ nlohmann::json read_manifest(const std::string& ckpt) {
     if (!m["tp_size"].is_number_integer() || m["tp_size"].get<int64_t>() < 1) bad("has a malformed \"tp_size\"");
     tp = m["tp_size"].get<int64_t>();
   }
+  int64_t pp = 1;
+  if (m.contains("pp_size")) {
+    if (!m["pp_size"].is_number_integer() || m["pp_size"].get<int64_t>() < 1) bad("has a malformed \"pp_size\"");
+    pp = m["pp_size"].get<int64_t>();
+  }
   if (m.contains("cuts")) {
     try {
       parse_cuts(m["cuts"]);
@@ -222,8 +280,9 @@ nlohmann::json read_manifest(const std::string& ckpt) {
   if (in_shards && !m.contains("optimizer_shards")) bad("says \"model_in_shards\" but lists no \"optimizer_shards\"");
   if (parted) {
     if (!m["model_parts"].is_array() || m["model_parts"].empty()) bad("has a malformed \"model_parts\"");
-    if (static_cast<int64_t>(m["model_parts"].size()) != tp)
-      bad("lists " + std::to_string(m["model_parts"].size()) + " model parts for a tp_size of " + std::to_string(tp));
+    if (static_cast<int64_t>(m["model_parts"].size()) != tp * pp)
+      bad("lists " + std::to_string(m["model_parts"].size()) + " model parts for a tp_size of " + std::to_string(tp) +
+          (pp > 1 ? " x a pp_size of " + std::to_string(pp) + " = " + std::to_string(tp * pp) : std::string()));
     for (const auto& f : m["model_parts"]) {
       if (!f.is_string()) bad("has a malformed \"model_parts\"");
       required.push_back(f.get<std::string>());
@@ -250,12 +309,14 @@ nlohmann::json read_manifest(const std::string& ckpt) {
   return m;
 }
 
-// The local tensors of each tensor-parallel index (state[i]: index i's) made whole: as they are
-// without tensor parallelism, else joined across tp along the cuts (join_across_tp; an
-// optimizer tensor "<param>.<state>" follows its parameter's cut).
+// The local tensors of each tensor-parallel index of one pipeline stage (state[i]: index i's)
+// made whole: as they are without tensor parallelism, else joined across tp along the cuts
+// (join_across_tp; an optimizer tensor "<param>.<state>" follows its parameter's cut).
+// `stage` names the stage in messages ("" without pipeline parallelism).
 std::map<std::string, Tensor> join_shard_locals(const std::string& ckpt,
                                                 std::vector<std::map<std::string, Tensor>>& state,
-                                                const std::map<std::string, TensorCut>& cuts, bool optimizer) {
+                                                const std::map<std::string, TensorCut>& cuts, bool optimizer,
+                                                const std::string& stage) {
   const int tp = static_cast<int>(state.size());
   if (tp == 1) return std::move(state[0]);
   std::map<std::string, std::vector<Tensor>> locals;
@@ -266,8 +327,8 @@ std::map<std::string, Tensor> join_shard_locals(const std::string& ckpt,
       v[static_cast<size_t>(i)] = std::move(t);
     }
   state.clear();
-  return join_across_tp(ckpt, locals, cuts, optimizer, [](int i) {
-    return "the optimizer shards of tensor-parallel index " + std::to_string(i);
+  return join_across_tp(ckpt, locals, cuts, optimizer, [&stage](int i) {
+    return "the optimizer shards of tensor-parallel index " + std::to_string(i) + stage;
   });
 }
 
@@ -281,17 +342,23 @@ struct ShardState {
 // with `model_in_shards` every "model/<param>" tensor, gets its parameter's shape, and its
 // pieces must cover each element exactly once. Under tensor parallelism (tp > 1) the pieces are
 // ranges of each tp index's local tensors: each index's locals are assembled that way from its
-// ranks' shards, then joined across tp along the cuts. With `model_in_shards` every piece of a
-// shard must have its "model/<param>" tensor; without it a shard must hold none.
-ShardState assemble_shards(const std::string& ckpt, const std::vector<ShardFileInfo>& files, int tp,
+// ranks' shards, then joined across tp along the cuts. Under pipeline parallelism (pp > 1) each
+// shard says its stage: every stage's tensors are assembled (and joined across tp) from that
+// stage's shards alone, then the stages are united (unite_stages: a tensor held by several
+// stages, the tied wte.weight, from the lowest, the other copies checked bit for bit). With
+// `model_in_shards` every piece of a shard must have its "model/<param>" tensor; without it a
+// shard must hold none.
+ShardState assemble_shards(const std::string& ckpt, const std::vector<ShardFileInfo>& files, int tp, int pp,
                            const std::map<std::string, TensorCut>& cuts, bool model_in_shards) {
   struct Whole {
     Tensor t;
     std::vector<std::pair<int64_t, int64_t>> ranges;  // [begin, end) of the pieces seen
     std::string first_file;
   };
-  // Per tp index, keyed by the name in the shard file ("<param>.<state>" or "model/<param>").
-  std::vector<std::map<std::string, Whole>> out(static_cast<size_t>(tp));
+  // Per (stage, tp index) at out[stage * tp + tp index], keyed by the name in the shard file
+  // ("<param>.<state>" or "model/<param>").
+  std::vector<std::map<std::string, Whole>> out(static_cast<size_t>(tp * pp));
+  std::vector<int> shards_of_stage(static_cast<size_t>(pp), 0);
   const size_t model_prefix = std::strlen(kModelPrefix);
   const int world = static_cast<int>(files.size());
   for (int r = 0; r < world; ++r) {
@@ -316,7 +383,15 @@ ShardState assemble_shards(const std::string& ckpt, const std::vector<ShardFileI
           (file.metadata.count("tp_size") ? file.metadata.at("tp_size") : std::string("none")) + ")");
     if (!shard_tp_index || *shard_tp_index < 0 || *shard_tp_index >= tp)
       bad("has a malformed \"tp_index\" (not in 0.." + std::to_string(tp - 1) + ")");
-    std::map<std::string, Whole>& local = out[static_cast<size_t>(*shard_tp_index)];
+    const std::optional<int64_t> shard_pp = meta_int(file.metadata, "pp_size", 1),
+                                 shard_pp_index = meta_int(file.metadata, "pp_index", 0);
+    if (!shard_pp || *shard_pp != pp)
+      bad("does not say it belongs to a pipeline of " + std::to_string(pp) + " stages (its pp_size: " +
+          (file.metadata.count("pp_size") ? file.metadata.at("pp_size") : std::string("none")) + ")");
+    if (!shard_pp_index || *shard_pp_index < 0 || *shard_pp_index >= pp)
+      bad("has a malformed \"pp_index\" (not in 0.." + std::to_string(pp - 1) + ")");
+    ++shards_of_stage[static_cast<size_t>(*shard_pp_index)];
+    std::map<std::string, Whole>& local = out[static_cast<size_t>(*shard_pp_index * tp + *shard_tp_index)];
     nlohmann::json pieces;
     try {
       pieces = nlohmann::json::parse(it->second);
@@ -373,11 +448,21 @@ ShardState assemble_shards(const std::string& ckpt, const std::vector<ShardFileI
       w.ranges.emplace_back(begin, begin + n);
     }
   }
-  std::vector<std::map<std::string, Tensor>> model(static_cast<size_t>(tp)), optimizer(static_cast<size_t>(tp));
-  for (int i = 0; i < tp; ++i)
-    for (auto& [key, w] : out[static_cast<size_t>(i)]) {
-      // Under tensor parallelism the tensor is a local one: say whose.
-      const std::string of = key + (tp > 1 ? " on tensor-parallel index " + std::to_string(i) : std::string());
+  for (int p = 0; p < pp; ++p)
+    if (shards_of_stage[static_cast<size_t>(p)] == 0)
+      damaged(ckpt, "no optimizer shard is of pipeline stage " + std::to_string(p) + " of " + std::to_string(pp) +
+                        " (every stage's ranks write their shards)");
+  // Per (stage, tp index), as `out`.
+  std::vector<std::map<std::string, Tensor>> model(static_cast<size_t>(tp * pp)),
+      optimizer(static_cast<size_t>(tp * pp));
+  for (int j = 0; j < tp * pp; ++j)
+    for (auto& [key, w] : out[static_cast<size_t>(j)]) {
+      const int i = j % tp, stage = j / tp;
+      // Under tensor (pipeline) parallelism the tensor is a local one (a stage's): say whose.
+      const std::string of = key + stage_str(stage, pp) +
+                             (tp > 1 ? (pp > 1 ? ", tensor-parallel index " : " on tensor-parallel index ") +
+                                           std::to_string(i)
+                                     : std::string());
       std::sort(w.ranges.begin(), w.ranges.end());
       int64_t covered = 0;
       for (const auto& [b, e] : w.ranges) {
@@ -391,59 +476,96 @@ ShardState assemble_shards(const std::string& ckpt, const std::vector<ShardFileI
         PT_THROW(InputError, "checkpoint ", ckpt, " is damaged: the optimizer shards leave out elements ", covered,
                  "..", w.t.numel(), " of ", of, "; nothing was loaded");
       if (has_prefix(key, kModelPrefix))
-        model[static_cast<size_t>(i)][key.substr(model_prefix)] = std::move(w.t);
+        model[static_cast<size_t>(j)][key.substr(model_prefix)] = std::move(w.t);
       else
-        optimizer[static_cast<size_t>(i)][key] = std::move(w.t);
+        optimizer[static_cast<size_t>(j)][key] = std::move(w.t);
     }
   out.clear();
+  // Each stage's locals joined across tp, then the stages united.
+  std::vector<std::map<std::string, Tensor>> model_stages(static_cast<size_t>(pp)),
+      optim_stages(static_cast<size_t>(pp));
+  for (int p = 0; p < pp; ++p) {
+    const auto slice = [&](std::vector<std::map<std::string, Tensor>>& all) {
+      std::vector<std::map<std::string, Tensor>> v;
+      for (int i = 0; i < tp; ++i) v.push_back(std::move(all[static_cast<size_t>(p * tp + i)]));
+      return v;
+    };
+    auto m = slice(model), o = slice(optimizer);
+    model_stages[static_cast<size_t>(p)] = join_shard_locals(ckpt, m, cuts, /*optimizer=*/false, stage_str(p, pp));
+    optim_stages[static_cast<size_t>(p)] = join_shard_locals(ckpt, o, cuts, /*optimizer=*/true, stage_str(p, pp));
+  }
   ShardState whole;
-  whole.model = join_shard_locals(ckpt, model, cuts, /*optimizer=*/false);
-  whole.optimizer = join_shard_locals(ckpt, optimizer, cuts, /*optimizer=*/true);
+  whole.model = unite_stages(ckpt, model_stages, std::string(kModelPrefix));
+  whole.optimizer = unite_stages(ckpt, optim_stages, "the optimizer tensor ");
   return whole;
 }
 
-// The whole model (and, when `optimizer` is set, optimizer state) from the tensor-parallel
-// parts listed in the manifest: each part's metadata must agree with the manifest, then every
-// tensor is joined across the parts.
-void load_model_parts(const std::string& ckpt, const std::vector<ShardFileInfo>& files,
+// The whole model (and, when `optimizer` is set, optimizer state) from the tensor-parallel /
+// pipeline parts listed in the manifest (pp-major: files[stage * tp + tp index]): each part's
+// metadata must agree with the manifest, then every tensor of a stage is joined across the
+// stage's tp parts, and the stages are united (unite_stages: a tensor several stages hold from
+// the lowest, the other copies checked bit for bit).
+void load_model_parts(const std::string& ckpt, const std::vector<ShardFileInfo>& files, int tp, int pp,
                       const std::map<std::string, TensorCut>& cuts, std::map<std::string, Tensor>& model,
                       std::map<std::string, Tensor>* optimizer) {
-  const int tp = static_cast<int>(files.size());
-  std::map<std::string, std::vector<Tensor>> model_locals, optim_locals;
   const size_t prefix = std::strlen(kOptimPrefix);
-  for (int i = 0; i < tp; ++i) {
-    const ShardFileInfo& f = files[static_cast<size_t>(i)];
-    auto bad = [&](const std::string& what) { damaged(ckpt, f.name + " " + what); };
-    if (f.name != model_part_file_name(i, tp))
-      damaged(ckpt, std::string(kManifest) + " lists " + f.name + " as model part " + std::to_string(i) + " of " +
-                        std::to_string(tp) + " (expected " + model_part_file_name(i, tp) + ")");
-    SafetensorsFile file = read_safetensors((fs::path(ckpt) / f.name).string());
-    const Metadata& md = file.metadata;
-    if (md.count("format") == 0 || md.at("format") != kPartFormat)
-      bad(std::string("is not a model part (no \"format\": \"") + kPartFormat + "\" metadata)");
-    if (md.count("tp_index") == 0 || md.at("tp_index") != std::to_string(i) || md.count("tp_size") == 0 ||
-        md.at("tp_size") != std::to_string(tp))
-      bad("does not say it is tensor-parallel part " + std::to_string(i) + " of " + std::to_string(tp));
-    std::map<std::string, TensorCut> part_cuts;
-    try {
-      part_cuts = parse_cuts(nlohmann::json::parse(md.count("cuts") ? md.at("cuts") : std::string("null")));
-    } catch (const std::exception& e) {
-      bad(std::string("has malformed \"cuts\" metadata (") + e.what() + ")");
+  std::vector<std::map<std::string, Tensor>> model_stages(static_cast<size_t>(pp)),
+      optim_stages(static_cast<size_t>(pp));
+  for (int stage = 0; stage < pp; ++stage) {
+    std::map<std::string, std::vector<Tensor>> model_locals, optim_locals;
+    for (int i = 0; i < tp; ++i) {
+      const ShardFileInfo& f = files[static_cast<size_t>(stage * tp + i)];
+      auto bad = [&](const std::string& what) { damaged(ckpt, f.name + " " + what); };
+      const std::string expected = model_part_file_name(i, tp, stage, pp);
+      if (f.name != expected)
+        damaged(ckpt, std::string(kManifest) + " lists " + f.name + " as model part " +
+                          (pp > 1 ? "(stage " + std::to_string(stage) + ", tp index " + std::to_string(i) + ")"
+                                  : std::to_string(i)) +
+                          " of " + (pp > 1 ? std::to_string(pp) + " x " : std::string()) + std::to_string(tp) +
+                          " (expected " + expected + ")");
+      SafetensorsFile file = read_safetensors((fs::path(ckpt) / f.name).string());
+      const Metadata& md = file.metadata;
+      if (md.count("format") == 0 || md.at("format") != kPartFormat)
+        bad(std::string("is not a model part (no \"format\": \"") + kPartFormat + "\" metadata)");
+      if (md.count("tp_index") == 0 || md.at("tp_index") != std::to_string(i) || md.count("tp_size") == 0 ||
+          md.at("tp_size") != std::to_string(tp))
+        bad("does not say it is tensor-parallel part " + std::to_string(i) + " of " + std::to_string(tp));
+      // Parts written before pipeline parallelism have no pp keys: stage 0 of 1.
+      const std::optional<int64_t> part_pp = meta_int(md, "pp_size", 1), part_pp_index = meta_int(md, "pp_index", 0);
+      if (!part_pp || *part_pp != pp || !part_pp_index || *part_pp_index != stage)
+        bad("does not say it is pipeline stage " + std::to_string(stage) + " of " + std::to_string(pp) +
+            " (its pp_index " + (md.count("pp_index") ? md.at("pp_index") : std::string("none")) + ", pp_size " +
+            (md.count("pp_size") ? md.at("pp_size") : std::string("none")) + ")");
+      std::map<std::string, TensorCut> part_cuts;
+      try {
+        part_cuts = parse_cuts(nlohmann::json::parse(md.count("cuts") ? md.at("cuts") : std::string("null")));
+      } catch (const std::exception& e) {
+        bad(std::string("has malformed \"cuts\" metadata (") + e.what() + ")");
+      }
+      // Without stages every part records all the cuts; a stage's part those of the tensors it
+      // holds (the manifest's cuts cover every stage).
+      std::map<std::string, TensorCut> want = cuts;
+      if (pp > 1)
+        std::erase_if(want, [&](const auto& kv) { return file.tensors.count(kv.first) == 0; });
+      if (part_cuts != want)
+        bad("records the cuts " + cuts_json(part_cuts).dump() + ", the manifest " + cuts_json(want).dump() +
+            (pp > 1 ? " for the tensors it holds" : ""));
+      for (auto& [name, t] : file.tensors) {
+        const bool is_optim = name.compare(0, prefix, kOptimPrefix) == 0;
+        if (is_optim && !optimizer)
+          bad("holds the optimizer tensor " + name + ", but the checkpoint's optimizer state is in its shards");
+        auto& v = (is_optim ? optim_locals : model_locals)[is_optim ? name.substr(prefix) : name];
+        v.resize(static_cast<size_t>(tp));
+        v[static_cast<size_t>(i)] = std::move(t);
+      }
     }
-    if (part_cuts != cuts)
-      bad("records the cuts " + cuts_json(part_cuts).dump() + ", the manifest " + cuts_json(cuts).dump());
-    for (auto& [name, t] : file.tensors) {
-      const bool is_optim = name.compare(0, prefix, kOptimPrefix) == 0;
-      if (is_optim && !optimizer)
-        bad("holds the optimizer tensor " + name + ", but the checkpoint's optimizer state is in its shards");
-      auto& v = (is_optim ? optim_locals : model_locals)[is_optim ? name.substr(prefix) : name];
-      v.resize(static_cast<size_t>(tp));
-      v[static_cast<size_t>(i)] = std::move(t);
-    }
+    const auto holder = [&](int i) { return files[static_cast<size_t>(stage * tp + i)].name; };
+    model_stages[static_cast<size_t>(stage)] = join_across_tp(ckpt, model_locals, cuts, /*optimizer=*/false, holder);
+    if (optimizer)
+      optim_stages[static_cast<size_t>(stage)] = join_across_tp(ckpt, optim_locals, cuts, /*optimizer=*/true, holder);
   }
-  const auto holder = [&](int i) { return files[static_cast<size_t>(i)].name; };
-  model = join_across_tp(ckpt, model_locals, cuts, /*optimizer=*/false, holder);
-  if (optimizer) *optimizer = join_across_tp(ckpt, optim_locals, cuts, /*optimizer=*/true, holder);
+  model = unite_stages(ckpt, model_stages, "");
+  if (optimizer) *optimizer = unite_stages(ckpt, optim_stages, "the optimizer tensor ");
 }
 
 std::string hex_u64(uint64_t v) {
@@ -495,8 +617,10 @@ std::string optimizer_shard_file_name(int rank, int world_size) {
 }
 
 ShardFileInfo write_optimizer_shard(const std::string& dir, int64_t step, int rank, int world_size,
-                                    const OptimizerShard& shard, int64_t optimizer_steps, int tp_index, int tp_size) {
+                                    const OptimizerShard& shard, int64_t optimizer_steps, int tp_index, int tp_size,
+                                    int pp_index, int pp_size) {
   check_tp_index("write_optimizer_shard", tp_index, tp_size);
+  check_pp_index("write_optimizer_shard", pp_index, pp_size);
   for (const auto& [key, t] : shard.tensors)
     if (has_prefix(key, kModelPrefix))
       PT_THROW(InputError, "write_optimizer_shard: the state tensor ", key, " has the prefix ", kModelPrefix,
@@ -532,22 +656,34 @@ ShardFileInfo write_optimizer_shard(const std::string& dir, int64_t step, int ra
     meta["tp_index"] = std::to_string(tp_index);
     meta["tp_size"] = std::to_string(tp_size);
   }
+  if (pp_size != 1) {  // nor without pipeline parallelism
+    meta["pp_index"] = std::to_string(pp_index);
+    meta["pp_size"] = std::to_string(pp_size);
+  }
   return write_listed_file(dir, step, optimizer_shard_file_name(rank, world_size), tensors, meta);
 }
 
-std::string model_part_file_name(int tp_index, int tp_size) {
-  return "model.tp" + std::to_string(tp_index) + "-of-" + std::to_string(tp_size) + ".safetensors";
+std::string model_part_file_name(int tp_index, int tp_size, int pp_index, int pp_size) {
+  const std::string tp = "tp" + std::to_string(tp_index) + "-of-" + std::to_string(tp_size);
+  if (pp_size == 1) return "model." + tp + ".safetensors";  // the name from before pipeline parallelism
+  return "model.pp" + std::to_string(pp_index) + "-of-" + std::to_string(pp_size) + "." + tp + ".safetensors";
 }
 
 ShardFileInfo write_model_part(const std::string& dir, int64_t step, int tp_index, int tp_size,
                                const std::map<std::string, Tensor>& local_model,
                                const std::map<std::string, Tensor>& local_optimizer,
-                               const std::map<std::string, TensorCut>& cuts, int64_t optimizer_steps) {
+                               const std::map<std::string, TensorCut>& cuts, int64_t optimizer_steps, int pp_index,
+                               int pp_size) {
   check_tp_index("write_model_part", tp_index, tp_size);
+  check_pp_index("write_model_part", pp_index, pp_size);
+  // A pipeline stage holds some of the model's tensors: it records the cuts of those.
+  std::map<std::string, TensorCut> part_cuts;
   for (const auto& [name, c] : cuts) {
     const auto it = local_model.find(name);
+    if (it == local_model.end() && pp_size > 1) continue;  // another stage's tensor
     if (it == local_model.end())
       PT_THROW(InputError, "write_model_part: the cut ", c.str(), " of ", name, " names no local model tensor");
+    part_cuts[name] = c;
     if (!c.replicated() && c.dim >= it->second.dim())
       PT_THROW(InputError, "write_model_part: the cut ", c.str(), " of ", name, " names a dimension the local tensor ",
                shape_str(it->second.shape()), " does not have");
@@ -560,12 +696,16 @@ ShardFileInfo write_model_part(const std::string& dir, int64_t step, int tp_inde
     tensors.emplace_back(name, t);
   }
   for (const auto& [name, t] : local_optimizer) tensors.emplace_back(kOptimPrefix + name, t);
-  const Metadata meta = {{"format", kPartFormat},
-                         {"tp_index", std::to_string(tp_index)},
-                         {"tp_size", std::to_string(tp_size)},
-                         {"cuts", cuts_json(cuts).dump()},
-                         {"optimizer_steps", std::to_string(optimizer_steps)}};
-  return write_listed_file(dir, step, model_part_file_name(tp_index, tp_size), tensors, meta);
+  Metadata meta = {{"format", kPartFormat},
+                   {"tp_index", std::to_string(tp_index)},
+                   {"tp_size", std::to_string(tp_size)},
+                   {"cuts", cuts_json(part_cuts).dump()},
+                   {"optimizer_steps", std::to_string(optimizer_steps)}};
+  if (pp_size != 1) {  // without pipeline parallelism the metadata stays as it always was
+    meta["pp_index"] = std::to_string(pp_index);
+    meta["pp_size"] = std::to_string(pp_size);
+  }
+  return write_listed_file(dir, step, model_part_file_name(tp_index, tp_size, pp_index, pp_size), tensors, meta);
 }
 
 std::string save_training_state(const std::string& dir, const TrainingState& s, int keep_last,
@@ -582,18 +722,27 @@ std::string save_training_state(const std::string& dir, const TrainingState& s, 
   if (in_shards && parted)
     PT_THROW(InputError, "save_training_state: model_in_shards and model_parts are both given (with the model in "
                          "the shards, under tensor parallelism too, no model parts are written)");
+  if (s.pp_size < 1) PT_THROW(InputError, "save_training_state: pp_size ", s.pp_size, " (at least 1)");
   if (!sharded && !parted && !prepare_checkpoint(dir, s.step)) return ckpt.string();  // already saved
   if (parted) {
-    if (static_cast<int>(s.model_parts.size()) != s.tp_size)
-      PT_THROW(InputError, "save_training_state: ", s.model_parts.size(), " model parts for a tp_size of ", s.tp_size);
-    for (int i = 0; i < s.tp_size; ++i) {
+    const int n = s.tp_size * s.pp_size;
+    if (static_cast<int>(s.model_parts.size()) != n) {
+      if (s.pp_size == 1)
+        PT_THROW(InputError, "save_training_state: ", s.model_parts.size(), " model parts for a tp_size of ",
+                 s.tp_size);
+      PT_THROW(InputError, "save_training_state: ", s.model_parts.size(), " model parts for a tp_size of ", s.tp_size,
+               " x a pp_size of ", s.pp_size, " = ", n);
+    }
+    for (int i = 0; i < n; ++i) {
       const ShardFileInfo& f = s.model_parts[static_cast<size_t>(i)];
-      if (f.name != model_part_file_name(i, s.tp_size))
-        PT_THROW(InputError, "save_training_state: model part ", i, " of ", s.tp_size, " is ", f.name, ", expected ",
-                 model_part_file_name(i, s.tp_size));
+      const std::string want = model_part_file_name(i % s.tp_size, s.tp_size, i / s.tp_size, s.pp_size);
+      if (f.name != want)
+        PT_THROW(InputError, "save_training_state: model part ", i, " of ", n, " is ", f.name, ", expected ", want,
+                 s.pp_size > 1 ? " (the parts are pp-major: index pp_index x tp_size + tp_index)" : "");
       if (!fs::exists(ckpt / f.name, ec))
-        PT_THROW(InputError, "save_training_state: the model part ", (ckpt / f.name).string(),
-                 " is missing (every tensor-parallel index writes its part before rank 0 writes the manifest)");
+        PT_THROW(InputError, "save_training_state: the model part ", (ckpt / f.name).string(), " is missing (every ",
+                 s.pp_size > 1 ? "(pipeline stage, tensor-parallel index)" : "tensor-parallel index",
+                 " writes its part before rank 0 writes the manifest)");
     }
   }
   if (sharded)
@@ -629,6 +778,7 @@ std::string save_training_state(const std::string& dir, const TrainingState& s, 
     m["tp_size"] = s.tp_size;
     m["cuts"] = cuts_json(s.cuts);
   }
+  if (s.pp_size != 1) m["pp_size"] = s.pp_size;
   m["files"] = nlohmann::json::object();
   if (parted) {
     m["model_parts"] = nlohmann::json::array();
@@ -748,6 +898,7 @@ TrainingState load_training_state(const std::string& ckpt) {
   s.zero_stage = m.value("zero_stage", 0);
   // read_manifest() has checked the shapes of these fields.
   s.tp_size = m.value("tp_size", 1);
+  s.pp_size = m.value("pp_size", 1);
   if (m.contains("cuts")) s.cuts = parse_cuts(m["cuts"]);
   const auto listed = [&](const std::string& key) {
     std::vector<ShardFileInfo> out;
@@ -762,7 +913,7 @@ TrainingState load_training_state(const std::string& ckpt) {
     s.model_metadata = m["model_metadata"].get<Metadata>();
   if (m.contains("model_parts")) {
     s.model_parts = listed("model_parts");
-    load_model_parts(ckpt, s.model_parts, s.cuts, s.model, sharded ? nullptr : &s.optimizer);
+    load_model_parts(ckpt, s.model_parts, s.tp_size, s.pp_size, s.cuts, s.model, sharded ? nullptr : &s.optimizer);
   } else if (!s.model_in_shards) {
     auto model = read_safetensors((fs::path(ckpt) / kModelFile).string());
     s.model = std::move(model.tensors);
@@ -770,7 +921,7 @@ TrainingState load_training_state(const std::string& ckpt) {
   }
   if (sharded) {
     s.optimizer_shards = listed("optimizer_shards");
-    ShardState whole = assemble_shards(ckpt, s.optimizer_shards, s.tp_size, s.cuts, s.model_in_shards);
+    ShardState whole = assemble_shards(ckpt, s.optimizer_shards, s.tp_size, s.pp_size, s.cuts, s.model_in_shards);
     s.optimizer = std::move(whole.optimizer);
     if (s.model_in_shards) s.model = std::move(whole.model);
   } else if (!m.contains("model_parts")) {
