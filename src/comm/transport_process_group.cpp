@@ -57,8 +57,14 @@ TransportProcessGroup::TransportProcessGroup(std::shared_ptr<Store> store, int r
 }
 
 TransportProcessGroup::~TransportProcessGroup() {
-  engine_.reset();  // starts every queued send/recv
-  p2p_.reset();     // waits for them (each has its deadline)
+  // Run everything queued (so every send/recv is started), let p2p_ finish them (each has
+  // its deadline; a failure marks the engine, which is still there), then stop both.
+  try {
+    engine_->submit("drain", [] {})->wait();
+  } catch (const std::exception&) {
+  }
+  p2p_.reset();
+  engine_.reset();
 }
 
 std::string TransportProcessGroup::describe(const Call& c, uint64_t seq) {
