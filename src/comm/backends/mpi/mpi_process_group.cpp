@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <climits>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -20,16 +21,21 @@ namespace {
 
 struct MpiRuntime {
   bool we_initialised = false;
+  bool multiple = false;  // MPI_THREAD_MULTIPLE: else every MPI call here is serialised (lock())
+  std::mutex mu;
   MpiRuntime() {
     int inited = 0;
     MPI_Initialized(&inited);
+    int provided = 0;
     if (!inited) {
-      int provided = 0;
       MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
       we_initialised = true;
       if (provided < MPI_THREAD_SERIALIZED)
         PT_THROW(CommError, "the MPI library offers no thread support (MPI_THREAD_SERIALIZED needed)");
+    } else {
+      MPI_Query_thread(&provided);
     }
+    multiple = provided >= MPI_THREAD_MULTIPLE;
   }
   ~MpiRuntime() {
     int finalized = 0;
@@ -42,6 +48,103 @@ MpiRuntime& runtime() {
   static MpiRuntime rt;
   return rt;
 }
+
+// Held around each MPI call where the library is not MPI_THREAD_MULTIPLE (the engines of
+// several groups and the p2p pollers call it from their own threads).
+std::unique_lock<std::mutex> lock() {
+  MpiRuntime& rt = runtime();
+  return rt.multiple ? std::unique_lock<std::mutex>() : std::unique_lock<std::mutex>(rt.mu);
+}
+
+// Completes the MPI_Isend / MPI_Irecv requests of one group in the background (the engine
+// only starts them, in call order), so a large send waits for nothing but its own recv.
+// Each request has the deadline of its call; one that passes it fails every pending one
+// (TimeoutError naming the call: rank, op, sequence number, bytes, peer and tag) and breaks
+// the group (on_failure). The thread starts with the first request and sleeps while none
+// is pending; the destructor waits for the pending ones (each has its deadline).
+class RequestPoller {
+ public:
+  RequestPoller(int rank, double timeout_s, std::function<void(const std::string&)> on_failure)
+      : rank_(rank), timeout_s_(timeout_s), on_failure_(std::move(on_failure)) {}
+  ~RequestPoller() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  void add(MPI_Request req, const WorkPtr& work, const char* waiting_for) {
+    std::lock_guard<std::mutex> l(mu_);
+    inbox_.push_back({req, work, Deadline::after_seconds(timeout_s_), waiting_for});
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    cv_.notify_all();
+  }
+
+ private:
+  struct Pending {
+    MPI_Request req;
+    WorkPtr work;
+    Deadline deadline;
+    const char* waiting_for;
+  };
+  void loop() {
+    std::vector<Pending> live;
+    auto last_event = Clock::now();
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        if (live.empty()) cv_.wait(l, [&] { return stop_ || !inbox_.empty(); });
+        if (live.empty() && inbox_.empty() && stop_) return;
+        if (!inbox_.empty()) last_event = Clock::now();
+        for (auto& p : inbox_) live.push_back(std::move(p));
+        inbox_.clear();
+      }
+      size_t keep = 0;
+      for (size_t i = 0; i < live.size(); ++i) {
+        int done = 0;
+        {
+          auto l = lock();
+          MPI_Test(&live[i].req, &done, MPI_STATUS_IGNORE);
+        }
+        if (done) {
+          live[i].work->finish();
+          last_event = Clock::now();
+        } else {
+          live[keep++] = std::move(live[i]);
+        }
+      }
+      live.resize(keep);
+      for (auto& p : live)
+        if (p.deadline.expired()) {
+          std::string why = detail::concat("rank ", rank_, ": ", p.work->description(), " passed its deadline of ",
+                                           timeout_s_, " s (PARATRAIN_COMM_TIMEOUT_S): ", p.waiting_for);
+          for (auto& q : live)
+            q.work->finish(&q == &p ? std::make_exception_ptr(TimeoutError(why))
+                                    : std::make_exception_ptr(CommError(detail::concat(
+                                          "rank ", rank_, ": ", q.work->description(),
+                                          " failed: the group is unusable after an earlier failure: ", why))));
+          live.clear();  // the requests are left to MPI (cancelling a send is not portable)
+          if (on_failure_) on_failure_(why);
+          break;
+        }
+      if (live.empty()) continue;
+      // Poll hard while requests complete (MPI progresses inside MPI_Test), gently after
+      // 50 ms without any event.
+      if (Clock::now() - last_event < std::chrono::milliseconds(50)) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
+  int rank_;
+  double timeout_s_;
+  std::function<void(const std::string&)> on_failure_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Pending> inbox_;
+  bool stop_ = false;
+  std::thread thread_;
+};
 
 template <typename Load, typename Store, int Kind>
 void half_op(void* in, void* inout, int* len, MPI_Datatype*) {
@@ -101,8 +204,17 @@ class MpiProcessGroup : public ProcessGroup {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     engine_ = std::make_unique<Engine>();
+    poller_ = std::make_unique<RequestPoller>(rank_, options_.timeout_s,
+                                              [this](const std::string& why) { engine_->set_broken(why); });
   }
   ~MpiProcessGroup() override {
+    // Run everything queued (so every send/recv is started), let the poller finish them
+    // (each has its deadline; a failure marks the engine, which is still there), then stop.
+    try {
+      engine_->submit("drain", [] {})->wait();
+    } catch (const std::exception&) {
+    }
+    poller_.reset();
     engine_.reset();
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -143,15 +255,17 @@ class MpiProcessGroup : public ProcessGroup {
       MPI_Ialltoall(in, icount(count), mpi_type(dtype), out, icount(count), mpi_type(dtype), comm_, r);
     });
   }
+  // Started in call order on the engine (so after the calls before them), completed by the
+  // poller: later calls do not wait for them.
   WorkPtr send(const void* buf, size_t count, DType dtype, int dst, int tag) override {
     check_root(dst);
-    return submit(OpType::kSend, dtype, count, dst, ReduceOp::kSum, [=, this](MPI_Request* r) {
+    return submit_p2p(OpType::kSend, dtype, count, dst, tag, [=, this](MPI_Request* r) {
       MPI_Isend(buf, icount(count), mpi_type(dtype), dst, tag, comm_, r);
     });
   }
   WorkPtr recv(void* buf, size_t count, DType dtype, int src, int tag) override {
     check_root(src);
-    return submit(OpType::kRecv, dtype, count, src, ReduceOp::kSum, [=, this](MPI_Request* r) {
+    return submit_p2p(OpType::kRecv, dtype, count, src, tag, [=, this](MPI_Request* r) {
       MPI_Irecv(buf, icount(count), mpi_type(dtype), src, tag, comm_, r);
     });
   }
@@ -177,10 +291,34 @@ class MpiProcessGroup : public ProcessGroup {
   void check_root(int r) const {
     if (r < 0 || r >= size_) PT_THROW(InputError, "rank ", r, " is outside the group of size ", size_);
   }
+  WorkPtr submit_p2p(OpType op, DType dtype, size_t count, int peer, int tag, std::function<void(MPI_Request*)> start) {
+    mpi_type(dtype);
+    icount(count);
+    uint64_t seq = seq_++;
+    bool send = op == OpType::kSend;
+    auto describe = [=] {
+      return detail::concat(op_type_name(op), " #", seq, " (", dtype_name(dtype), " x ", count, ", ",
+                            count * dtype_size(dtype), " bytes, ", send ? "to" : "from", " rank ", peer, ", tag ", tag,
+                            ")");
+    };
+    return engine_->submit_deferred(describe, [=, this](const WorkPtr& w) {
+      MPI_Request r;
+      {
+        auto l = lock();
+        start(&r);
+      }
+      poller_->add(r, w,
+                   send ? "the matching recv was not posted (or did not take the data)"
+                        : "no matching send (this tag, this count) arrived");
+    });
+  }
   void wait_request(MPI_Request* req, const Deadline& deadline, const std::string& desc) {
     int done = 0;
     for (int i = 0;; ++i) {
-      MPI_Test(req, &done, MPI_STATUS_IGNORE);
+      {
+        auto l = lock();
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+      }
       if (done) return;
       if (i < 20000) {
         _mm_pause();
@@ -204,7 +342,10 @@ class MpiProcessGroup : public ProcessGroup {
         int64_t mine[4] = {int64_t(op), int64_t(dtype), int64_t(count), int64_t(root) * 16 + int64_t(rop)};
         std::vector<int64_t> all(4 * size_);
         MPI_Request r;
-        MPI_Iallgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_, &r);
+        {
+          auto l = lock();
+          MPI_Iallgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_, &r);
+        }
         wait_request(&r, deadline, desc);
         for (int p = 0; p < size_; ++p)
           if (std::memcmp(&all[4 * p], mine, sizeof(mine)) != 0)
@@ -213,7 +354,10 @@ class MpiProcessGroup : public ProcessGroup {
                      dtype_name(DType(all[4 * p + 1])), " x ", all[4 * p + 2], ")");
       }
       MPI_Request r;
-      start(&r);
+      {
+        auto l = lock();
+        start(&r);
+      }
       wait_request(&r, deadline, desc);
       if (after) after();
     });
@@ -222,6 +366,7 @@ class MpiProcessGroup : public ProcessGroup {
   MPI_Comm comm_;
   uint64_t seq_ = 0;
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<RequestPoller> poller_;
 };
 
 }  // namespace
