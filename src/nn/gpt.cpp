@@ -56,7 +56,18 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& cfg, Generator& gen) :
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) const {
-  return c_proj->forward(ops::causal_self_attention(c_attn->forward(x), n_head));
+  const Tensor qkv = c_attn->forward(x);
+  const Tensor y = recompute_core_
+                       ? autograd::checkpoint([this](const Tensor& in) { return core(in); }, qkv, core_gen_)
+                       : core(qkv);
+  return c_proj->forward(y);
+}
+
+Tensor CausalSelfAttention::core(const Tensor& qkv) const { return ops::causal_self_attention(qkv, n_head); }
+
+void CausalSelfAttention::recompute_core(Generator* gen) {
+  recompute_core_ = true;
+  core_gen_ = gen;
 }
 
 GPTMLP::GPTMLP(const GPTConfig& cfg, Generator& gen) {
@@ -152,15 +163,40 @@ Tensor GPT::stage_forward(const Tensor& x, int64_t first_block, int64_t end_bloc
   return targets.defined() ? wte->tied_loss(out, targets) : wte->tied_logits(out);
 }
 
-void recompute_blocks(GPT& model) {
-  for (auto& block : model.h) {
-    if (block->has_forward_wrappers())
-      PT_THROW(InputError, "recompute_blocks: a block already has forward wrappers; recompute must be the innermost");
-    Generator* gen = &model.generator();
-    block->add_forward_wrapper([gen](const Tensor& x, const Module::ForwardBody& body) {
-      return autograd::checkpoint(body, x, gen);
-    });
+void recompute_blocks(GPT& model, RecomputeMode mode) {
+  if (mode == RecomputeMode::None) return;
+  if (model.recompute_ != RecomputeMode::None)
+    PT_THROW(InputError, "recompute_blocks: the model already recomputes (", recompute_mode_name(model.recompute_),
+             "); it runs once per model");
+  Generator* gen = &model.generator();
+  if (mode == RecomputeMode::Full) {
+    for (auto& block : model.h)
+      if (block->has_forward_wrappers())
+        PT_THROW(InputError, "recompute_blocks: a block already has forward wrappers; recompute must be the innermost");
+    for (auto& block : model.h)
+      block->add_forward_wrapper([gen](const Tensor& x, const Module::ForwardBody& body) {
+        return autograd::checkpoint(body, x, gen);
+      });
+  } else {
+    for (auto& block : model.h) block->attn->recompute_core(gen);
   }
+  model.recompute_ = mode;
+}
+
+RecomputeMode recompute_mode_from_name(const std::string& name) {
+  if (name == "none") return RecomputeMode::None;
+  if (name == "full") return RecomputeMode::Full;
+  if (name == "selective") return RecomputeMode::Selective;
+  PT_THROW(InputError, "--recompute '", name, "' is not one of none, full, selective");
+}
+
+const char* recompute_mode_name(RecomputeMode mode) {
+  switch (mode) {
+    case RecomputeMode::None: return "none";
+    case RecomputeMode::Full: return "full";
+    case RecomputeMode::Selective: return "selective";
+  }
+  return "none";
 }
 
 Tensor GPT::forward(const Tensor& tokens) const {

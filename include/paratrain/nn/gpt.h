@@ -17,6 +17,9 @@
 
 namespace paratrain::nn {
 
+// What a forward recomputes in backward instead of keeping (recompute_blocks below).
+enum class RecomputeMode { None, Full, Selective };
+
 struct GPTConfig {
   int64_t n_layer = 2;
   int64_t n_head = 2;
@@ -37,11 +40,29 @@ struct GPTConfig {
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(const GPTConfig& cfg, Generator& gen);
-  Tensor forward(const Tensor& x) const;  // (B,T,C) -> (B,T,C)
+  // (B,T,C) -> (B,T,C): c_proj(core(c_attn(x))), the core under autograd::checkpoint when
+  // recompute_core() was called.
+  Tensor forward(const Tensor& x) const;
+  // The core attention, between c_attn's output and c_proj's input: qkv (B,T,3C') ->
+  // (B,T,C'), C' = C, or C / tp after a tensor-parallel plan; the fused kernel
+  // ops::causal_self_attention over n_head heads (scores, causal mask, softmax, the sum over
+  // v). It has no parameters and draws no random numbers (this GPT has no dropout on the
+  // attention weights, only on the residual branches). It reads n_head and nothing of
+  // c_attn / c_proj, so it stays right when a plan replaces the projections.
+  Tensor core(const Tensor& qkv) const;
+  // --recompute selective: from now on forward runs the core under autograd::checkpoint
+  // (`gen` replayed, though the core draws nothing): its forward keeps only its input qkv --
+  // which c_attn's output is anyway -- and it is recomputed when backward reaches it.
+  void recompute_core(Generator* gen);
+  bool recomputes_core() const { return recompute_core_; }
   std::shared_ptr<Linear> c_attn, c_proj;
   // Heads this module computes: n_head, or n_head / tp after a tensor-parallel plan gave
   // c_attn whole heads of q, k and v only.
   int64_t n_head;
+
+ private:
+  bool recompute_core_ = false;
+  Generator* core_gen_ = nullptr;
 };
 
 class GPTMLP : public Module {
@@ -96,6 +117,8 @@ class GPT : public Module {
   bool supports_forward_wrappers() const override { return true; }
   // The generator dropout draws its masks from (its state goes into training checkpoints).
   Generator& generator() { return gen_; }
+  // What recompute_blocks set up on this model (None until it runs).
+  RecomputeMode recompute_mode() const { return recompute_; }
 
   std::shared_ptr<Embedding> wte, wpe;
   std::vector<std::shared_ptr<GPTBlock>> h;
@@ -103,16 +126,39 @@ class GPT : public Module {
 
  private:
   Tensor hidden_states(const Tensor& tokens) const;
+  friend void recompute_blocks(GPT& model, RecomputeMode mode);
   GPTConfig cfg_;
   Generator gen_;
+  RecomputeMode recompute_ = RecomputeMode::None;
 };
 
-// --recompute full: each block's activations are recomputed in backward instead of kept
-// (autograd::checkpoint around every block, the model's dropout generator replayed), so a
-// forward keeps only each block's input. Gradients are bit for bit those without it. Adds the
-// blocks' first (innermost) forward wrapper: call it before anything else wraps the blocks
-// (fully sharded data parallelism's wrappers go outside it). InputError when a block already
-// has wrappers.
-void recompute_blocks(GPT& model);
+// Activation recomputation (--recompute none|full|selective). Gradients and losses are bit
+// for bit those without it in every mode (dropout and autocast included: the model's dropout
+// generator is replayed and the forward's autocast mode re-entered, autograd/checkpoint.h).
+//
+// Full: each block's activations are recomputed in backward instead of kept
+// (autograd::checkpoint around every block), so a forward keeps only each block's input;
+// about one more forward per step. Adds the blocks' first (innermost) forward wrapper: call
+// it before anything else wraps the blocks (fully sharded data parallelism's wrappers go
+// outside it). InputError when a block already has wrappers.
+//
+// Selective (Korthikanti et al. 2022, Megatron-LM's selective activation recomputation): only
+// each block's core attention (CausalSelfAttention::core, between c_attn's output and c_proj's
+// input) is recomputed; the layernorms', linears', GELU's and dropouts' saved activations are
+// kept. Adds no block wrapper (any wrappers may come before or after it), and it works after a
+// tensor-parallel plan replaced the projections (and before: the core reads the module's
+// n_head when it runs). What it saves depends on the attention kernel: ours is fused and keeps
+// no T x T matrix -- it saves qkv (c_attn's output, kept anyway), its output (c_proj's input,
+// kept anyway) and the row log-sum-exp (B, n_head, T) f32 -- so selective drops only the
+// log-sum-exp, 4 * B * n_head * T bytes per block, and costs one attention forward per block
+// in backward. (With an unfused attention it would drop the (B, n_head, T, T) scores,
+// softmax and attention-dropout mask, which is what the method was made for.)
+//
+// None does nothing. InputError when recompute_blocks already ran on the model (with any mode
+// but None).
+void recompute_blocks(GPT& model, RecomputeMode mode = RecomputeMode::Full);
+// "none", "full", "selective" <-> RecomputeMode; InputError naming the value for another name.
+RecomputeMode recompute_mode_from_name(const std::string& name);
+const char* recompute_mode_name(RecomputeMode mode);
 
 }  // namespace paratrain::nn
