@@ -123,7 +123,11 @@ TEST(GptRecompute, GradientsAreBitForBitAndTheForwardKeepsLess) {
   EXPECT_LT(kept_recompute, kept_plain / 2);
   nn::GPT m(cfg, 9);
   nn::recompute_blocks(m);
-  EXPECT_THROW(nn::recompute_blocks(m), InputError);  // it must be the innermost wrapper
+  EXPECT_THROW(nn::recompute_blocks(m), InputError);  // once per model
+  nn::GPT w(cfg, 9);
+  w.h[1]->add_forward_wrapper([](const Tensor& in, const nn::Module::ForwardBody& body) { return body(in); });
+  EXPECT_THROW(nn::recompute_blocks(w), InputError);  // it must be the innermost wrapper
+  EXPECT_FALSE(w.h[0]->has_forward_wrappers());        // and nothing was wrapped
 }
 
 }  // namespace
