@@ -57,6 +57,7 @@ struct Unexpected {
 
 struct PeerState {
   Pair* pair = nullptr;
+  bool wakes = false;  // the pair rings the doorbell (set_wakeup): no need to poll it
   bool active = false;
   size_t pending = 0;                    // unfinished ops with this peer
   uint64_t next_id = 0;                  // of this rank's sends to the peer
@@ -87,6 +88,7 @@ struct P2pEngine::Impl {
   std::condition_variable cv;
   std::vector<OpPtr> inbox;
   std::atomic<bool> inbox_nonempty{false};
+  std::atomic<uint64_t> bell{0};  // rung by pairs that can (set_wakeup)
   bool stop = false;
   bool sleeping = false;
   std::string failed;  // set once; later posts fail at once
@@ -376,8 +378,10 @@ struct P2pEngine::Impl {
     unfinished = 0;
     for (auto& ps : peers) {
       Pair* pair = ps.pair;
+      bool wakes = ps.wakes;
       ps = PeerState{};
       ps.pair = pair;
+      ps.wakes = wakes;
     }
     active.clear();
     if (on_failure) on_failure(f.why);
@@ -405,13 +409,16 @@ struct P2pEngine::Impl {
         continue;
       }
       bool progressed = false;
+      bool must_poll = false;  // a pending op waits on a pair that cannot ring the bell
       int first_peer = -1;
+      const uint64_t rung = bell.load(std::memory_order_acquire);
       try {
         for (int p : active) {
           first_peer = p;
           PeerState& ps = peers[p];
           progressed |= pump_in(ps);
           progressed |= pump_out(ps);
+          must_poll |= ps.pending > 0 && !ps.wakes;
         }
         auto now = Clock::now();
         if (progressed) last_progress = now;
@@ -434,6 +441,15 @@ struct P2pEngine::Impl {
         continue;
       }
       if (progressed) continue;
+      if (!must_poll) {  // sleep until a pair rings, a post, or the next deadline check
+        std::unique_lock<std::mutex> l(mu);
+        sleeping = true;
+        cv.wait_for(l, std::chrono::milliseconds(2), [&] {
+          return bell.load(std::memory_order_acquire) != rung || !inbox.empty();
+        });
+        sleeping = false;
+        continue;
+      }
       auto idle = Clock::now() - last_progress;
       if (idle < std::chrono::microseconds(50)) {
         for (int i = 0; i < 64; ++i) _mm_pause();
@@ -458,8 +474,17 @@ P2pEngine::P2pEngine(Transport* transport, double timeout_s, std::function<void(
   impl_->timeout_s = timeout_s;
   impl_->on_failure = std::move(on_failure);
   impl_->peers.resize(transport->size());
+  Impl* d = impl_.get();
   for (int p = 0; p < transport->size(); ++p)
-    if (p != transport->rank()) impl_->peers[p].pair = &transport->pair(p);
+    if (p != transport->rank()) {
+      PeerState& ps = d->peers[p];
+      ps.pair = &transport->pair(p);
+      ps.wakes = ps.pair->set_wakeup([d] {
+        d->bell.fetch_add(1, std::memory_order_release);
+        std::lock_guard<std::mutex> l(d->mu);
+        d->cv.notify_all();
+      });
+    }
 }
 
 P2pEngine::~P2pEngine() {
@@ -469,6 +494,8 @@ P2pEngine::~P2pEngine() {
   }
   impl_->cv.notify_all();
   if (impl_->thread.joinable()) impl_->thread.join();
+  for (auto& ps : impl_->peers)  // the transport outlives this engine
+    if (ps.pair && ps.wakes) ps.pair->set_wakeup(nullptr);
 }
 
 void P2pEngine::post_send(const WorkPtr& work, const void* buf, size_t count, DType dtype, int peer, int tag) {

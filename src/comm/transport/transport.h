@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,14 @@ class Pair {
   virtual void* try_send_begin() = 0;
   virtual const void* try_recv_begin(size_t* bytes) = 0;
   virtual bool peer_left() = 0;
+  // Has the transport call `fn` (from its own threads, possibly under its locks: fn must
+  // only signal) whenever data arrived, a send slot freed or the pair broke, so a caller of
+  // the try_ calls may sleep until then. False where it cannot (shm: the peer writes the
+  // ring itself): the caller must poll.
+  virtual bool set_wakeup(std::function<void()> fn) {
+    (void)fn;
+    return false;
+  }
 };
 
 class Transport {

@@ -167,6 +167,11 @@ class TcpPair : public Pair {
     if (!failure_.empty() || stop_ || (eof_[stream] && !goodbye_[stream])) throw_broken();
     return nullptr;
   }
+  bool set_wakeup(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> l(mu_);
+    wakeup_ = std::move(fn);
+    return true;
+  }
   bool peer_left() override {
     std::unique_lock<std::mutex> l(mu_);
     const size_t stream = tail_ % socks_.size();
@@ -220,6 +225,7 @@ class TcpPair : public Pair {
         failure_ = why;
         first_->record(peer_, why);
       }
+      if (wakeup_) wakeup_();
     }
     cv_.notify_all();
   }
@@ -231,6 +237,7 @@ class TcpPair : public Pair {
       if (!stop_ && !goodbye)
         first_->record(peer_, detail::concat("connection to rank ", peer_, " closed (rank ", peer_,
                                              " died or left the group)"));
+      if (wakeup_) wakeup_();
     }
     cv_.notify_all();
   }
@@ -252,6 +259,7 @@ class TcpPair : public Pair {
       {
         std::lock_guard<std::mutex> l(mu_);
         send_done_[slot] = seq + 1;
+        if (wakeup_) wakeup_();
       }
       cv_.notify_all();
     }
@@ -279,6 +287,7 @@ class TcpPair : public Pair {
         std::lock_guard<std::mutex> l(mu_);
         recv_len_[slot] = len;
         recv_ready_[slot] = seq + 1;
+        if (wakeup_) wakeup_();
       }
       cv_.notify_all();
     }
@@ -299,6 +308,7 @@ class TcpPair : public Pair {
   std::vector<char> eof_ = std::vector<char>(16, 0);
   std::vector<char> goodbye_ = std::vector<char>(16, 0);  // eof_ came after the peer's goodbye
   std::vector<std::thread> senders_, receivers_;
+  std::function<void()> wakeup_;  // set_wakeup (called under mu_)
 };
 
 struct TcpDomain::Impl {
