@@ -45,12 +45,13 @@ ParallelModel::ParallelModel(const TrainConfig& cfg, Task& task, const DeviceMes
     all_stages_ = pipeline::all_stages(costs, mesh.shape().pp, v);
     chunks_ = pipeline::stage_chunks(costs, mesh.shape().pp, v, mesh.coord().pp);
     holds_last_ = pipeline::holds_last_stage(chunks_, gpt->config().n_layer);
+    // --recompute: the blocks' innermost wrapper (ZeRO 3's gathers go around it); set up on
+    // every block before the stage releases those it does not run.
+    nn::recompute_blocks(*gpt, recompute_mode(cfg.recompute));
     if (mesh.shape().pp > 1) {
       pipeline::keep_stage_parameters(*gpt, chunks_);
       tied_ = pipeline::TiedHeadGroup(mesh, pipeline::holds_first_stage(chunks_), holds_last_);
     }
-    // --recompute: the blocks' innermost wrapper (ZeRO 3's gathers go around it).
-    nn::recompute_blocks(*gpt, recompute_mode(cfg.recompute));
   }
   if (cfg.zero == 3) {
     FsdpOptions o;
