@@ -130,11 +130,11 @@ inline void run_all_ops(ProcessGroup& pg, DType dt, size_t count, Report& rep) {
         if (get(out, dt, p * count + i) != want) rep.mismatch(tag + "all_to_all", p * count + i, get(out, dt, p * count + i), want);
       }
   }
-  if (n > 1) {  // send to r+1, receive from r-1 (even ranks send first)
+  if (n > 1) {  // send to r+1, receive from r-1 (even ranks send first, odd ones receive first)
     std::vector<char> out(count * es + 1), in(count * es + 1);
     for (size_t i = 0; i < count; ++i) put(out, dt, i, value(r, i, 4));
     int next = (r + 1) % n, prev = (r + n - 1) % n;
-    // Large messages complete only while being received, so even ranks send first.
+    // Each Work waited for before the next call: blocking use of the non-blocking calls.
     if (r % 2 == 0) {
       pg.send(out.data(), count, dt, next, 7)->wait();
       pg.recv(in.data(), count, dt, prev, 7)->wait();

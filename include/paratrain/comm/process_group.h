@@ -1,11 +1,11 @@
 // ProcessGroup: collective communication among a fixed set of ranks, over raw buffers.
 //
 // A group has `size()` ranks numbered 0..size-1; this process is `rank()`. Every call is
-// asynchronous and returns a Work (work.h); calls execute one at a time, in the order they
-// were made, on the group's background thread, so every rank must make the same sequence of
-// collective calls. Buffers are `count` elements of `dtype` (f32, bf16, f16, i32, i64);
-// bf16/f16 are reduced in f32. Counts may be 0. Buffers must stay valid until the Work is
-// completed.
+// asynchronous and returns a Work (work.h); collectives execute one at a time, in the order
+// they were made, on the group's background thread, so every rank must make the same
+// sequence of collective calls (send/recv: see below). Buffers are `count` elements of
+// `dtype` (f32, bf16, f16, i32, i64); bf16/f16 are reduced in f32. Counts may be 0. Buffers
+// must stay valid until the Work is completed.
 //
 // Backends: "shm" (processes on one host, POSIX shared memory), "tcp" (any hosts), "mpi"
 // (an MPI library's own engine; ranks from mpirun), "auto" (mpi under mpirun unless told
@@ -21,9 +21,40 @@
 // one. With PARATRAIN_DEBUG=detail, ranks compare (op, dtype, count, root) before each
 // collective and a mismatch is a CommError on every rank naming both sides.
 //
+// Point-to-point (send/recv), on every backend:
+//  - Non-blocking: the call returns a Work at once. The operation starts once every earlier
+//    collective of this group has completed and every earlier send/recv has started (so a
+//    send carries what a collective before it wrote, with no wait in between), and then
+//    progresses in the background: later calls (sends, recvs, collectives) do not wait for
+//    it. So a program waits for a recv's Work before a later call uses its buffer.
+//  - Completion: any set of posted sends and recvs, between any ranks and of any size,
+//    completes as long as every send's matching recv is posted eventually, in whatever
+//    order the two sides post them (both send first, then receive, is fine). A send
+//    completes once its data has left the buffer (shm/tcp: up to 64 KiB as soon as it is
+//    sent, a larger one once the receiver posted the matching recv and the data went out;
+//    mpi: as the MPI library does it); a recv when its data is in the buffer.
+//  - Matching: a send to `dst` with tag t matches a recv on `dst` from this rank with tag t.
+//    Per (source, destination, tag) messages match in posting order: the k-th send from a
+//    to b with tag t meets the k-th recv on b from a with tag t (FIFO). Different tags
+//    match independently: a recv on tag 2 completes while an earlier message on tag 1 waits
+//    for its recv. The two must agree on dtype and count; shm/tcp: else the recv fails with
+//    a CommError naming both sides, and so does the send of a message over 64 KiB (it is
+//    told, or at the latest fails at its deadline; a smaller one had completed already);
+//    mpi: the MPI library's error (a truncation).
+//  - Deadline: each send/recv must complete within the call deadline from its start, else
+//    it fails with a TimeoutError naming the rank, the op, its sequence number, dtype,
+//    count, bytes, the peer, the tag and what it waited for (e.g. "rank 1: recv #4 (f32 x
+//    10, 40 bytes, from rank 0, tag 6) passed its deadline of 300 s ...: rank 0 sent no
+//    message with this tag"). A failure of one fails the others pending in the group.
+//  - shm/tcp run them on pairs of their own (no collective's data is ever behind them) with
+//    one progress thread per group; mpi uses MPI_Isend/MPI_Irecv (MPI's own matching, the
+//    same rules), completed by a poller thread.
+//
 // Thread-safety: calls may be made from several threads, but their order defines the
-// collective order, so a program should issue a group's collectives from one thread.
-// Lifetime: destroying a group waits for queued work (up to its deadline) and releases
+// collective order (and the matching order of sends and recvs on one tag), so a program
+// should issue a group's calls from one thread.
+// Lifetime: destroying a group waits for queued work and pending sends/recvs (each up to
+// its deadline) and releases
 // shared memory and sockets; sub-groups are independent objects.
 #pragma once
 
@@ -88,9 +119,10 @@ class ProcessGroup {
   virtual WorkPtr reduce(void* buf, size_t count, DType dtype, ReduceOp op, int root) = 0;
   // in[size*count]: block p goes to rank p; out[size*count]: block p came from rank p.
   virtual WorkPtr all_to_all(const void* in, void* out, size_t count, DType dtype) = 0;
-  // Point-to-point, ordered with the collectives of this group. The receiver must post the
-  // matching recv (same count, dtype, tag); a message larger than the staging area
-  // completes only when it is being received.
+  // Point-to-point, non-blocking (see the top of this file): starts after the collectives
+  // before it, never holds back the calls after it; matched per (peer, tag) in FIFO order with the
+  // peer's recv / send of the same count and dtype. Never blocks on the peer, whatever the
+  // size: both ranks may send first and receive afterwards. tag: any int.
   virtual WorkPtr send(const void* buf, size_t count, DType dtype, int dst, int tag = 0) = 0;
   virtual WorkPtr recv(void* buf, size_t count, DType dtype, int src, int tag = 0) = 0;
   virtual WorkPtr barrier() = 0;

@@ -1,7 +1,8 @@
 // Work: the handle of one asynchronous communication call (like c10d's Work).
 //
 // Every ProcessGroup call returns a Work at once; the operations run in the order the calls
-// were made. wait() blocks until it has finished and rethrows its failure (CommError,
+// were made (a send/recv starts in that order and then completes in the background, while
+// later calls run: process_group.h). wait() blocks until it has finished and rethrows its failure (CommError,
 // TimeoutError, ...); is_completed() polls. A Work whose wait() is called before the
 // group's background thread picked it up runs on the waiting thread itself (in the same
 // order), which saves a thread hand-off for small messages; the background thread runs
