@@ -46,7 +46,7 @@ WorkPtr Engine::enqueue(WorkPtr work, std::function<void()> fn, Size size) {
 
 WorkPtr Engine::submit_deferred(std::function<std::string()> describe, std::function<void(const WorkPtr&)> start) {
   auto work = std::make_shared<Work>(std::move(describe));
-  work->set_helper([this](Work* w) { help(w); });
+  work->set_helper([this](Work* w) { help_start(w); });
   std::unique_lock<std::mutex> l(mu_);
   Task t{work, nullptr, SteadyClock::now() + kLargeGrace, false};
   t.start = std::move(start);
@@ -144,6 +144,21 @@ void Engine::help(Work* w) {
     // is not small (it may sleep past that task's grace period otherwise).
     if (thread_idle_ && (stop_ || (!queue_.empty() && (!polling_ || !queue_.front().small)))) cv_.notify_all();
   }
+}
+
+void Engine::help_start(Work* w) {
+  std::unique_lock<std::mutex> l(mu_);
+  auto queued = [&] {
+    for (const Task& t : queue_)
+      if (t.work.get() == w) return true;
+    return false;
+  };
+  while (!executing_ && !queue_.empty() && queued()) {
+    Task t = std::move(queue_.front());
+    queue_.pop_front();
+    run(t, l);
+  }
+  if (thread_idle_ && (stop_ || (!queue_.empty() && (!polling_ || !queue_.front().small)))) cv_.notify_all();
 }
 
 }  // namespace paratrain::comm

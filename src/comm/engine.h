@@ -59,6 +59,8 @@ class Engine {
   WorkPtr enqueue(WorkPtr work, std::function<void()> fn, Size size);
   void loop();
   void help(Work* w);
+  // help() for a deferred task's Work: runs queued tasks only until its own has started.
+  void help_start(Work* w);
   void run(Task& t, std::unique_lock<std::mutex>& l);
 
   std::mutex mu_;
