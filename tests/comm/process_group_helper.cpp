@@ -10,6 +10,8 @@
 //   p2p_ring  every rank sends to its next and previous rank at once, messages around the
 //             eager limit, the slot and the staging size on one tag each, and only then
 //             posts the recvs (in reverse order); data exact
+//   p2p_kill  2 ranks: rank 1 SIGKILLs itself while rank 0 waits for its send; rank 0 must
+//             get a CommError naming rank 1 well before its deadline
 //   p2p_bw    2 ranks: prints the bandwidth of 64 MiB messages, one way (rank 0 -> 1) and
 //             both ways at once (a figure for docs/comm.md, never asserted)
 // Exit code 0 when the rank saw what it should; the failure is printed otherwise.
@@ -218,6 +220,31 @@ static int p2p_ring() {
   return 0;
 }
 
+static int p2p_kill() {
+  auto pg = create_process_group_from_env();
+  if (pg->size() != 2) return 2;
+  pg->barrier()->wait();
+  if (pg->rank() == 1) {
+    ::kill(::getpid(), SIGKILL);
+    ::pause();
+  }
+  std::vector<int32_t> in(1u << 20);
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    pg->recv(in.data(), in.size(), DType::I32, 1, 0)->wait();
+  } catch (const TimeoutError& e) {
+    std::fprintf(stderr, "rank 0: a timeout instead of the peer's death: %s\n", e.what());
+    return 1;
+  } catch (const CommError& e) {
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("rank 0 noticed in %.2f s: %s\n", s, e.what());
+    std::string m = e.what();
+    return m.find("recv #1") != std::string::npos && m.find("rank 1") != std::string::npos && s < 10 ? 0 : 1;
+  }
+  std::fprintf(stderr, "rank 0: the recv completed although rank 1 died\n");
+  return 1;
+}
+
 static double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -272,6 +299,7 @@ int main(int argc, char** argv) {
     if (mode == "p2p_bw") return p2p_bw();
     if (mode == "p2p_swap") return p2p_swap();
     if (mode == "p2p_ring") return p2p_ring();
+    if (mode == "p2p_kill") return p2p_kill();
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
   } catch (const std::exception& e) {

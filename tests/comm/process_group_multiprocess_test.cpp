@@ -188,6 +188,20 @@ TEST_P(P2p, FourRanksSendToBothNeighboursThenReceive) {
   EXPECT_EQ(job_shm_segments(r), 0);
 }
 
+// A recv waiting for a rank that dies fails naming it, within the peer timeout (the group's
+// deadline is 60 s here).
+TEST_P(P2p, ARecvFromARankThatDiesFailsNamingIt) {
+  Result r = run_ranks(2, "p2p_kill",
+                       {std::string("PARATRAIN_BACKEND=") + GetParam(), "PARATRAIN_PEER_TIMEOUT_S=5",
+                        "PARATRAIN_COMM_TIMEOUT_S=60"},
+                       60);
+  EXPECT_FALSE(r.timed_out) << r.output;
+  ASSERT_EQ(r.codes.size(), 2u);
+  EXPECT_EQ(r.codes[0], 0) << r.output;
+  EXPECT_EQ(r.codes[1], -SIGKILL) << r.output;
+  EXPECT_EQ(job_shm_segments(r), 0) << "segments the job left in /dev/shm";
+}
+
 INSTANTIATE_TEST_SUITE_P(Comm, P2p, ::testing::Values("shm", "tcp"));
 
 class KilledRank : public ::testing::TestWithParam<const char*> {};
