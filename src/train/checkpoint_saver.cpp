@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <string>
 
-#include "paratrain/parallel/pipeline/stage_model.h"
 
 namespace paratrain::train {
 
@@ -43,19 +42,13 @@ void CheckpointSaver::save(int64_t done) {
   ZeroOptimizer* zero = model_.zero();
   FullyShardedDataParallel* fsdp = model_.fsdp();
   optim::Optimizer& opt = model_.optimizer();
-  // Pipeline stages: the first stage gathers the others' model (and, without ZeRO, optimizer
-  // state), so that what follows sees whole tp parts (collective over each pp group).
-  const auto stage_state = [&](std::map<std::string, Tensor> mine) {
-    return model_.pipelined() ? pipeline::gather_stages(mine, mesh_.pp().get()) : mine;
-  };
-  const bool parted = plan.size() > 1 && !fsdp;
+  // The model in parts, one per (pipeline stage, tp index), written by their dp-rank-0 ranks.
+  const bool parted = (plan.size() > 1 || model_.pipelined()) && !fsdp;
   if (!zero && !parted) {
-    auto model_state = stage_state(model_.module().state_dict());
-    auto optimizer_state = stage_state(opt.state_dict());
     if (rank != 0) return before_manifest_(done);  // it writes no file of the checkpoint
     checkpoint::TrainingState st = run_state(done);
-    st.model = std::move(model_state);
-    st.optimizer = std::move(optimizer_state);
+    st.model = model_.module().state_dict();
+    st.optimizer = opt.state_dict();
     checkpoint::save_training_state(cfg_.checkpoint_dir, st, 2, [&] { before_manifest_(done); });
     return;
   }
@@ -66,25 +59,19 @@ void CheckpointSaver::save(int64_t done) {
     return static_cast<int64_t>(std::stoul(f.crc32, nullptr, 16));
   };
   int64_t info[4] = {0, 0, 0, 0};  // part bytes, part CRC, shard bytes, shard CRC
-  if (parted) {
-    auto part_model = stage_state(model_.module().state_dict());
-    auto part_optimizer = zero ? std::map<std::string, Tensor>{} : stage_state(opt.state_dict());
-    if (me.dp == 0 && me.pp == 0) {
-      const auto part = checkpoint::write_model_part(cfg_.checkpoint_dir, done, me.tp, shape.tp, part_model,
-                                                     part_optimizer, plan.cuts(), opt.steps_taken());
-      info[0] = static_cast<int64_t>(part.bytes), info[1] = crc_bits(part);
-    }
+  if (parted && me.dp == 0) {
+    const auto part = checkpoint::write_model_part(cfg_.checkpoint_dir, done, me.tp, shape.tp, model_.module().state_dict(),
+                                                   zero ? std::map<std::string, Tensor>{} : opt.state_dict(),
+                                                   plan.cuts(), opt.steps_taken(), me.pp, shape.pp);
+    info[0] = static_cast<int64_t>(part.bytes), info[1] = crc_bits(part);
   }
   if (zero) {
     checkpoint::OptimizerShard shard = zero->shard_state();
     if (fsdp) shard.params = fsdp->parameter_pieces();
     const auto mine = checkpoint::write_optimizer_shard(cfg_.checkpoint_dir, done, rank, world, shard,
-                                                        opt.steps_taken(), me.tp, shape.tp);
+                                                        opt.steps_taken(), me.tp, shape.tp, me.pp, shape.pp);
     info[2] = static_cast<int64_t>(mine.bytes), info[3] = crc_bits(mine);
   }
-  // ZeRO 1/2 without tensor parallelism: the whole model goes into model.safetensors.
-  std::map<std::string, Tensor> whole_model;
-  if (!parted && !fsdp) whole_model = stage_state(model_.module().state_dict());
   if (rank != 0) before_manifest_(done);  // its files written; rank 0 never gets their CRCs: no manifest
   std::vector<int64_t> all(info, info + 4);
   if (pg) {
@@ -100,17 +87,20 @@ void CheckpointSaver::save(int64_t done) {
   checkpoint::TrainingState st = run_state(done);
   if (parted || (fsdp && shape.tp > 1)) {
     st.tp_size = shape.tp;
+    st.pp_size = shape.pp;
     st.cuts = plan.cuts();
   }
   if (parted)
-    st.model_parts.resize(static_cast<size_t>(shape.tp));
+    st.model_parts.resize(static_cast<size_t>(shape.tp * shape.pp));
   else if (fsdp)
     st.model_in_shards = true;
   else
-    st.model = std::move(whole_model);
+    st.model = model_.module().state_dict();
   for (int r = 0; r < world; ++r) {
     const MeshCoord c = mesh_coord(r, shape);
-    if (parted && c.dp == 0 && c.pp == 0) st.model_parts[c.tp] = file(checkpoint::model_part_file_name(c.tp, shape.tp), r, 0);
+    if (parted && c.dp == 0)
+      st.model_parts[static_cast<size_t>(c.pp * shape.tp + c.tp)] =
+          file(checkpoint::model_part_file_name(c.tp, shape.tp, c.pp, shape.pp), r, 0);
     if (zero) st.optimizer_shards.push_back(file(checkpoint::optimizer_shard_file_name(r, world), r, 2));
   }
   checkpoint::save_training_state(cfg_.checkpoint_dir, st, 2, [&] { before_manifest_(done); });

@@ -1,9 +1,9 @@
 // Writing the training state at a step (checkpoint/training_state.h), for any layout.
 //
-// Unsharded state (no ZeRO, no tensor parallelism; pipeline stages gathered onto rank 0):
-// rank 0 writes everything. Tensor-parallel: the dp-rank-0 rank of each tp index (of the
-// first pipeline stage, which gathers the other stages' tensors) writes its part of the model
-// (with its optimizer state unless ZeRO shards it); with ZeRO every rank writes its pieces;
+// Unsharded state (no ZeRO, no tensor or pipeline parallelism): rank 0 writes everything.
+// Tensor- or pipeline-parallel: the dp-rank-0 rank of each (pipeline stage, tp index) writes
+// its part of the model (with its optimizer state unless ZeRO shards it); with ZeRO every
+// rank writes its pieces (with its stage and tp index);
 // rank 0 gathers their sizes and CRCs and writes the rest and the manifest last. ZeRO 3: no
 // rank holds the whole model (or its tensor-parallel part), so every rank's shard carries its
 // pieces of the parameters too. A later load gets the whole state, for any layout.

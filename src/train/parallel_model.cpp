@@ -105,21 +105,27 @@ std::optional<NoSyncScope> ParallelModel::no_sync() {
   return s;
 }
 
-void ParallelModel::finish() {
-  // The tied token table: its two copies' local gradients summed before the data-parallel
-  // mean, so both stages then hold the same gradient (and take the same step).
-  if (tied_.active())
-    for (auto& [name, p] : params_)
-      if (name == "wte.weight") {
-        Tensor g = p.grad();
-        if (!g.defined()) {
-          g = Tensor::zeros(p.shape());
-          p.set_grad(g);
-        }
-        tied_.sum_gradients(g);
+void ParallelModel::sum_tied_gradient() {
+  for (auto& [name, p] : params_)
+    if (name == "wte.weight") {
+      Tensor g = p.grad();
+      if (!g.defined()) {
+        g = Tensor::zeros(p.shape());
+        p.set_grad(g);
       }
+      tied_.sum_gradients(g);
+    }
+}
+
+void ParallelModel::finish() {
+  // The tied token table's two copies (first and last pipeline stage) get the sum of their
+  // gradients. Without ZeRO after the data-parallel mean: both then hold the same bits and
+  // take the same step. With ZeRO before it (afterwards only shards exist, cut differently on
+  // the two stages); clip_and_step() then copies the first stage's updated weights over.
+  if (tied_.active() && zero_) sum_tied_gradient();
   if (ddp_) ddp_->finish();    // .grad = mean over every micro-batch of every rank
   if (fsdp_) fsdp_->finish();  // this rank's shard of that mean
+  if (tied_.active() && !zero_) sum_tied_gradient();
 }
 
 double ParallelModel::grad_norm() {
@@ -137,6 +143,9 @@ void ParallelModel::clip_and_step(double max_norm, double norm) {
   if (zero_) {
     zero_->clip_grad_norm(max_norm, norm);
     zero_->step();  // this rank's pieces, then the parameters are all-gathered
+    if (tied_.active())
+      for (auto& [name, p] : params_)
+        if (name == "wte.weight") tied_.broadcast_from_first(p);
   } else {
     optim::clip_grad_norm(params_, max_norm, norm);
     opt_->step();

@@ -71,6 +71,7 @@ class ParallelModel {
   std::map<std::string, Tensor> whole_weights();
 
  private:
+  void sum_tied_gradient();
   nn::Module& model_;
   const parallel::DeviceMesh& mesh_;
   parallel::TensorParallelPlan plan_;

@@ -393,15 +393,17 @@ TEST_F(PipelineStateTest, AMismatchingTiedCopyIsDamaged) {
   EXPECT_NE(msg.find("wte.weight differs between pipeline stages 0 and 1 ([7, 4] against [7, 5]"), std::string::npos)
       << msg;
 
-  // Its optimizer state in the ZeRO shards (one piece of stage 1's rank 2).
+  // Its optimizer state in the ZeRO shards (one piece of stage 1's rank 2): the two stages
+  // shard the tied tensor differently, so their data-parallel sums may round apart in the last
+  // bits; the lowest stage's state is taken and the other copy not compared.
   fs::remove_all(dir_);
   p = save_zero_pp(w, 2, 1, [](int r, OptimizerShard& sh) {
     if (r == 2) sh.tensors["wte.weight.exp_avg"] = iota(sh.tensors.at("wte.weight.exp_avg").shape(), 77);
   });
-  msg = error_of([&] { load_training_state(p); });
-  EXPECT_NE(msg.find("is damaged: the optimizer tensor wte.weight.exp_avg differs between pipeline stages 0 and 1"),
-            std::string::npos)
-      << msg;
+  const TrainingState st = load_training_state(p);
+  const Tensor a = st.optimizer.at("wte.weight.exp_avg").contiguous(), b = w.optimizer.at("wte.weight.exp_avg").contiguous();
+  ASSERT_EQ(a.numel(), b.numel());
+  EXPECT_EQ(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()), 0) << "stage 0's copy";
 }
 
 TEST_F(PipelineStateTest, OldPpLessCheckpointsStillLoad) {

@@ -47,7 +47,8 @@ TEST_F(RecomputeTrain, FullRecomputeIsBitIdenticalUnderEveryLayoutAndKeepsLess) 
 
 TEST_F(RecomputeTrain, BadValuesExitTwoWithOneLine) {
   for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
-           {"--model gpt-nano --data t.bin --recompute selective", "--recompute selective is not built yet"},
+           {"--model mlp --dataset fashion-mnist --data-dir nowhere --recompute selective",
+            "--recompute selective recomputes the GPT models"},
            {"--model gpt-nano --data t.bin --recompute some", "--recompute"},
            {"--model mlp --dataset fashion-mnist --data-dir nowhere --recompute full", "recomputes the GPT models"}}) {
     Result r = single("train --steps 1 --quiet " + args);

@@ -163,7 +163,7 @@ TEST_F(TensorParallelTrain, BadLayoutsExitTwoWithOneLineAndWriteNothing) {
       {2, "--dp 2 --tp 2", "layout --dp 2 --tp 2 --pp ? does not divide the 2 ranks"},
       {2, "--dp 1 --tp 1 --pp 1", "dp 1 x tp 1 x pp 1 = 1 ranks, but this job has 2"},
       {2, "--tp 2 --n-head 3 --n-embd 96", "--tp 2 does not divide the 3 attention heads"},
-      {2, "--pp 2", "--pp 2: pipeline parallelism is not built yet"},
+      {2, "--pp 2 --n-layer 1", "2 pipeline stages, but the model has only 1 blocks"},
       {2, "--tp 2 --sequence-parallel --block-size 63", "does not divide the sequence length --block-size 63"},
       {0, "--sequence-parallel", "--sequence-parallel needs --tp 2 or more"},
       {0, "--tp 2", "does not divide the 1 ranks"},
@@ -179,6 +179,9 @@ TEST_F(TensorParallelTrain, BadLayoutsExitTwoWithOneLineAndWriteNothing) {
   Result mlp = launch(2, "train --model mlp --dataset fashion-mnist --steps 1 --tp 2 --quiet");
   EXPECT_EQ(mlp.codes[0], 2) << mlp.output;
   EXPECT_NE(mlp.output.find("tensor parallelism is built for the GPT models"), std::string::npos) << mlp.output;
+  mlp = launch(2, "train --model mlp --dataset fashion-mnist --steps 1 --pp 2 --quiet");
+  EXPECT_EQ(mlp.codes[0], 2) << mlp.output;
+  EXPECT_NE(mlp.output.find("pipeline parallelism cuts the GPT models' blocks"), std::string::npos) << mlp.output;
 }
 
 TEST_F(TensorParallelTrain, EvaluationMixedPrecisionAndInitFrom) {

@@ -94,6 +94,12 @@ TiedHeadGroup::TiedHeadGroup(const DeviceMesh& mesh, bool holds_first, bool hold
   duplicate_ = holds_last && !holds_first;
 }
 
+void TiedHeadGroup::broadcast_from_first(Tensor& param) const {
+  if (!group_) return;
+  if (!param.is_contiguous()) PT_THROW(Error, "TiedHeadGroup: wte is not contiguous");
+  group_->broadcast(param.data<float>(), static_cast<size_t>(param.numel()), DType::F32, 0)->wait();
+}
+
 void TiedHeadGroup::sum_gradients(Tensor& grad) const {
   if (!group_ || !grad.defined()) return;
   if (!grad.is_contiguous()) PT_THROW(Error, "TiedHeadGroup: wte's gradient is not contiguous");

@@ -60,6 +60,9 @@ class TiedHeadGroup {
   TiedHeadGroup(const DeviceMesh& mesh, bool holds_first, bool holds_last);
   // Sums `grad` in place over the two copies (nothing when this rank holds neither or both).
   void sum_gradients(Tensor& grad) const;
+  // Copies the first stage's `param` onto the last stage's (after a step whose two updates
+  // may have rounded apart: ZeRO shards the copies differently over dp).
+  void broadcast_from_first(Tensor& param) const;
   bool active() const { return group_ != nullptr; }
   // True on the rank whose copy is not counted in a global norm (the last stage's).
   bool duplicate() const { return duplicate_; }
