@@ -308,7 +308,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       for (int64_t k = 0; k < cfg.grad_accum; ++k) prefetcher.enqueue(request(s, k));
   };
   announce(start_step);
-  std::vector<int64_t> gathered_peak(static_cast<size_t>(world));
+  std::vector<int64_t> gathered_peak(2 * static_cast<size_t>(world));  // per rank: allocator peak, activations
   // The step as a schedule over the micro-batches: one after the other, or a pipeline's.
   MicroBatches batches{[&](int64_t s, int64_t k) -> const data::Batch& { return prefetcher.next(request(s, k)); },
                        announce};
@@ -398,6 +398,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     double loss = loss_sum / static_cast<double>(cfg.grad_accum);
     std::vector<double> step_ms_per_rank = {step_s * 1e3};
     std::vector<int64_t> peak_per_rank = {alloc.stats().peak_bytes_in_use};
+    std::vector<int64_t> activation_per_rank = {activation_bytes};
     std::vector<int64_t> micro_batch_per_rank = balancer.sizes_at(step);
     std::vector<double> compute_ms_per_rank = {compute_s * 1e3};
     // Pipeline: the share of the stages' schedule time they spent waiting (the bubble).
@@ -413,7 +414,8 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
                                      static_cast<float>(outcome.busy_ms),
                                      static_cast<float>(outcome.wall_ms)};
       auto w1 = pg->allgather(mine, gathered_f.data(), kGathered, DType::F32);
-      auto w2 = pg->allgather(&peak_per_rank[0], gathered_peak.data(), 1, DType::I64);
+      const int64_t mine_bytes[2] = {peak_per_rank[0], activation_bytes};
+      auto w2 = pg->allgather(mine_bytes, gathered_peak.data(), 2, DType::I64);
       w1->wait();
       w2->wait();
       double sum = 0, busy = 0, wall = 0;
@@ -428,7 +430,11 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       }
       loss = sum / (world / shape.pp);
       if (pm.pipelined()) bubble_fraction = wall > 0 ? 1.0 - busy / wall : 0.0;
-      peak_per_rank = gathered_peak;
+      peak_per_rank.clear(), activation_per_rank.clear();
+      for (int r = 0; r < world; ++r) {
+        peak_per_rank.push_back(gathered_peak[2 * r]);
+        activation_per_rank.push_back(gathered_peak[2 * r + 1]);
+      }
       // The first two steps pay for first-touch of memory on every rank: not measured.
       if (step > start_step + 1 && balancer.observe(step, compute_ms_per_rank)) {
         const auto& next = balancer.sizes_at(step + 2);
@@ -479,6 +485,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       if (zero) m["zero"] = cfg.zero;
       if (mp.half()) m["precision"] = amp::precision_name(compute_dtype), m["mem_half_copy_bytes"] = mp.half_copy_bytes();
       m["mem_activation_bytes"] = activation_bytes;
+      m["mem_activation_bytes_per_rank"] = activation_per_rank;
       if (cfg.recompute != "none") m["recompute"] = cfg.recompute;
       if (ddp && mesh.dp())
         m["comm_bytes"] = ddp->last_stats().bytes, m["comm_bytes_uncompressed"] = ddp->last_stats().bytes_uncompressed;
@@ -497,6 +504,17 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
                       {"peak_gathered_bytes", z3.peak_gathered_bytes}};
       }
       m["layout"] = {{"dp", shape.dp}, {"tp", shape.tp}, {"pp", shape.pp}};
+      // What `paratrain plan --check` needs to rebuild the run's memory estimate.
+      m["micro_batch"] = micro_batch;
+      m["grad_accum"] = cfg.grad_accum;
+      m["bucket_mb"] = cfg.bucket_mb;
+      if (const nn::GPT* g = task->gpt()) {
+        const nn::GPTConfig& gc = g->config();
+        m["model"] = {{"name", cfg.model},           {"n_layer", gc.n_layer},       {"n_head", gc.n_head},
+                      {"n_embd", gc.n_embd},         {"block_size", gc.block_size}, {"vocab_size", gc.vocab_size},
+                      {"dropout", gc.dropout}};
+      }
+      if (cfg.zero == 3) m["zero3_prefetch"] = cfg.zero3_prefetch;
       if (plan.size() > 1) {
         m["tp_comm_ms"] = tp_stats.ms;
         m["tp_comm_bytes"] = tp_stats.bytes;
@@ -506,6 +524,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       if (pm.pipelined()) {
         m["bubble_fraction"] = bubble_fraction;
         m["pp_schedule"] = cfg.pp_schedule;
+        m["pp_virtual"] = pipeline_virtual_chunks(cfg);
         m["pp_p2p_ms"] = outcome.p2p_ms;
         m["pp_p2p_bytes"] = outcome.p2p_bytes;
       }

@@ -203,13 +203,15 @@ TEST_F(PlanCheck, MemoryEstimateWithin15PercentOfRealRuns) {
                                    {"dp2_zero1", 2, "--zero 1"},
                                    {"dp2_zero3", 2, "--zero 3"},
                                    {"recompute_full", 1, "--recompute full"},
-                                   {"bf16", 1, "--precision bf16"}};
+                                   {"bf16", 1, "--precision bf16"},
+                                   {"pp2_1f1b", 2, "--pp 2 --grad-accum 4"},
+                                   {"pp2_gpipe", 2, "--pp 2 --pp-schedule gpipe --grad-accum 4"},
+                                   {"dp2_pp2_zb1p", 4, "--pp 2 --dp 2 --zero 1 --pp-schedule zb1p --grad-accum 2"}};
   const std::string base = "train --model gpt-mini --block-size 128 --data t.bin --steps 3 --micro-batch 2 --threads 1 "
                            "--quiet --lr-schedule constant ";
   planner::CheckInput ci;
   ci.model = paratrain::nn::GPTConfig::preset("gpt-mini");
   ci.model.block_size = 128;
-  ci.micro_batch = 2;
   int checked = 0;
   for (const auto& c : cases) {
     const std::string metrics = "m_" + c.name + ".jsonl";
@@ -231,8 +233,21 @@ TEST_F(PlanCheck, MemoryEstimateWithin15PercentOfRealRuns) {
   ASSERT_EQ(out.rc, 0) << out.out;
   EXPECT_NE(out.out.find("rank 1: estimate"), std::string::npos) << out.out;
   EXPECT_NE(out.out.find("worst relative error"), std::string::npos) << out.out;
-  // Without the micro-batch (the metrics do not record it): exit 2, one line naming it.
-  out = run_paratrain("plan --check " + path("m_dp2.jsonl") + " --model gpt-mini --block-size 128");
+  // The metrics record the model and the micro-batch: no flags needed.
+  out = run_paratrain("plan --check " + path("m_pp2_1f1b.jsonl"));
+  ASSERT_EQ(out.rc, 0) << out.out;
+  EXPECT_NE(out.out.find("pp 2 1f1b"), std::string::npos) << out.out;
+  // An older file without the micro-batch: exit 2, one line naming it.
+  {
+    std::ifstream in(path("m_dp2.jsonl"));
+    std::ofstream old(path("old.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line);
+      j.erase("micro_batch");
+      old << j.dump() << "\n";
+    }
+  }
+  out = run_paratrain("plan --check " + path("old.jsonl") + " --model gpt-mini --block-size 128");
   EXPECT_EQ(out.rc, 2) << out.out;
   EXPECT_NE(out.out.find("--micro-batch"), std::string::npos) << out.out;
 }

@@ -166,8 +166,8 @@ std::string plan_json(const PlanInput& in, const Plan& plan, int top);
 
 // ---- estimate against a run (`paratrain plan --check METRICS.jsonl`) ----
 struct CheckInput {
-  nn::GPTConfig model;            // the run's model (the metrics do not record it)
-  std::optional<int64_t> micro_batch;  // the run's --micro-batch (not in the metrics)
+  nn::GPTConfig model;            // the run's model when the metrics do not record it ("model")
+  std::optional<int64_t> micro_batch;  // overrides the metrics' "micro_batch"
   int64_t grad_accum = 1;
   double bucket_mb = 25;
 };

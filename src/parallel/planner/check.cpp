@@ -65,8 +65,19 @@ CheckResult check_metrics(const std::string& path, const CheckInput& in) {
   L.virtual_chunks = last.value("pp_virtual", 1);
   r.options.bf16 = last.value("precision", std::string("fp32")) == "bf16";
   r.options.sequence_parallel = last.value("sequence_parallel", false);
-  r.options.bucket_mb = in.bucket_mb;
+  r.options.bucket_mb = last.value("bucket_mb", in.bucket_mb);
+  // The run's model as its metrics record it (`paratrain train` writes "model"); the flags'
+  // otherwise (older files).
   nn::GPTConfig cfg = in.model;
+  if (last.contains("model") && last["model"].is_object()) {
+    const nlohmann::json& m = last["model"];
+    cfg.n_layer = m.value("n_layer", cfg.n_layer);
+    cfg.n_head = m.value("n_head", cfg.n_head);
+    cfg.n_embd = m.value("n_embd", cfg.n_embd);
+    cfg.block_size = m.value("block_size", cfg.block_size);
+    cfg.vocab_size = m.value("vocab_size", cfg.vocab_size);
+    cfg.dropout = m.value("dropout", cfg.dropout);
+  }
   const std::vector<int64_t> peaks = int_array(last, "mem_peak_bytes");
   const int world = L.dp * L.tp * L.pp;
   if (static_cast<int>(peaks.size()) != world)
