@@ -27,7 +27,7 @@ const char* kUsage =
     "  bench comm     measure collective bandwidth (nccl-tests style table)\n"
     "  bench compute  measure this CPU's f32 peak (FMA throughput) and GEMM peak: MFU's denominator\n"
     "  doctor         show the environment paratrain sees (PARATRAIN_* variables, ranks, threads)\n"
-    "  plan           print and check a pipeline schedule (--print-schedule; the layout planner is not built yet)\n";
+    "  plan           the layouts of a model on N devices: memory, step time, the one to use; --check, --print-schedule\n";
 
 std::string rank_tag() {
   for (const char* v : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})

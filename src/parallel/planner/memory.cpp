@@ -104,8 +104,8 @@ int64_t parameter_count(const nn::GPTConfig& c) {
 //   [B T 4C/tp] (c_proj's input); the block output [B T C] f32 (the next block's input);
 //   with dropout the two u8 masks.
 // Full recomputation keeps only the block's output (its checkpoint's input is the previous
-// block's output); selective recomputes the attention core: neither its output nor its lse
-// is kept (qkv is, as c_attn's output).
+// block's output); selective recomputes the attention core, whose fused kernel then keeps
+// only its row log-sum-exp less (its output stays: c_proj needs it; qkv is c_attn's output).
 int64_t block_activation_bytes(const nn::GPTConfig& c, int64_t B, int tp, Recompute r, bool bf16, bool sp) {
   const int64_t T = c.block_size, C = c.n_embd, H = c.n_head;
   const int64_t a = bf16 ? 2 : 4;
@@ -116,7 +116,8 @@ int64_t block_activation_bytes(const nn::GPTConfig& c, int64_t B, int tp, Recomp
   s += 4 * rounded(4 * BT / seq);             // ln_1, ln_2 mean and rstd
   s += 2 * rounded(a * BTC);                  // ln_1 out, ln_2 out (the column-parallel linears' inputs)
   s += rounded(a * 3 * BTC / tp);             // qkv
-  if (r != Recompute::Selective) s += rounded(a * BTC / tp) + rounded(4 * BT * (H / tp));  // attention out, lse
+  s += rounded(a * BTC / tp);                 // attention out (c_proj's input)
+  if (r != Recompute::Selective) s += rounded(4 * BT * (H / tp));  // lse: selective recomputes it
   s += 2 * rounded(4 * BTC / seq);            // x1, the block's output
   s += 2 * rounded(a * 4 * BTC / tp);         // c_fc out, gelu out
   if (c.dropout > 0) s += 2 * rounded(BTC / seq);  // dropout masks
