@@ -27,6 +27,7 @@
 #include "paratrain/checkpoint/safetensors.h"
 #include "paratrain/checkpoint/tensor_cut.h"
 #include "paratrain/checkpoint/training_state.h"
+#include "checkpoint/state_test_util.h"
 
 namespace fs = std::filesystem;
 using namespace paratrain;
@@ -34,46 +35,19 @@ using namespace paratrain::checkpoint;
 
 namespace {
 
+using paratrain::test::iota;
+using paratrain::test::same_bytes;
+using paratrain::test::expect_same;
+using paratrain::test::error_of;
+using paratrain::test::read_json;
+
 using Tensors = std::map<std::string, Tensor>;
 constexpr int kPp = 2;
 
-Tensor iota(const Shape& shape, float start) {
-  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
-  std::iota(v.begin(), v.end(), start);
-  for (float& x : v) x = x * 0.37f - 1.5f;  // not integers, so a bit flip shows
-  return Tensor::from_vector(v, shape);
-}
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const Tensor ca = a.contiguous(), cb = b.contiguous();
-  return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
-}
 
-void expect_same(const Tensors& got, const Tensors& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, t] : want) {
-    ASSERT_TRUE(got.count(name)) << name;
-    EXPECT_TRUE(same_bytes(got.at(name), t)) << name << ": " << shape_str(got.at(name).shape()) << " vs "
-                                             << shape_str(t.shape());
-  }
-}
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
-}
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return nlohmann::json::parse(ss.str());
-}
 
 std::set<std::string> names_in(const std::string& path) {
   std::set<std::string> out;

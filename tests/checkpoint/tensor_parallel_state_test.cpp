@@ -23,6 +23,7 @@
 #include "paratrain/checkpoint/safetensors.h"
 #include "paratrain/checkpoint/tensor_cut.h"
 #include "paratrain/checkpoint/training_state.h"
+#include "checkpoint/state_test_util.h"
 
 namespace fs = std::filesystem;
 using namespace paratrain;
@@ -30,38 +31,17 @@ using namespace paratrain::checkpoint;
 
 namespace {
 
+using paratrain::test::iota;
+using paratrain::test::same_bytes;
+using paratrain::test::expect_same;
+using paratrain::test::error_of;
+using paratrain::test::read_json;
+
 constexpr int kTp = 2;
 
-Tensor iota(const Shape& shape, float start) {
-  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
-  std::iota(v.begin(), v.end(), start);
-  for (float& x : v) x = x * 0.37f - 1.5f;  // not integers, so a bit flip shows
-  return Tensor::from_vector(v, shape);
-}
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const Tensor ca = a.contiguous(), cb = b.contiguous();
-  return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
-}
 
-void expect_same(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, t] : want) {
-    ASSERT_TRUE(got.count(name)) << name;
-    EXPECT_TRUE(same_bytes(got.at(name), t)) << name << ": " << shape_str(got.at(name).shape()) << " vs "
-                                             << shape_str(t.shape());
-  }
-}
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
-}
 
 void flip_byte(const std::string& path, std::streamoff at) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -72,12 +52,6 @@ void flip_byte(const std::string& path, std::streamoff at) {
   f.put(static_cast<char>(c ^ 0x01));
 }
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return nlohmann::json::parse(ss.str());
-}
 
 // A GPT-2-like block, whole: padded vocabulary, packed q|k|v, a row-parallel projection and a
 // replicated layer norm; AdamW state for each.
