@@ -7,13 +7,14 @@
 #include "cli_util.h"
 #include "paratrain/base/env.h"
 #include "paratrain/kernels/cpu.h"
+#include "paratrain/version.h"
 
 namespace paratrain::cli {
 
 int run_doctor(int argc, char** argv) {
   CLI::App app{"Show the environment paratrain sees", "doctor"};
   if (!parse_or_throw(app, argc, argv)) return 0;
-  std::cout << "paratrain 0.1.0\n\nbuild: cpu kernels (oneDNN GEMM)";
+  std::cout << "paratrain " PARATRAIN_VERSION_STRING "\n\nbuild: cpu kernels (oneDNN GEMM)";
 #ifdef PARATRAIN_HAVE_MPI
   std::cout << ", mpi backend";
 #endif

@@ -13,6 +13,7 @@
 #include "paratrain/base/env.h"
 #include "paratrain/base/error.h"
 #include "train_cmd.h"
+#include "paratrain/version.h"
 
 namespace {
 
@@ -42,7 +43,7 @@ int dispatch(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   if (cmd == "--version") {
-    std::cout << "paratrain 0.1.0\n";
+    std::cout << "paratrain " PARATRAIN_VERSION_STRING "\n";
     return 0;
   }
   if (cmd == "train") return paratrain::cli::run_train(argc - 1, argv + 1);

@@ -238,7 +238,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   // Items (tokens or images) of one optimizer step over all ranks.
   const int64_t items_per_step = task->items_per_micro_batch() * cfg.grad_accum * dp;
   log << "paratrain train: " << cfg.model << ", " << model.num_parameters() << " parameters"
-      << (plan.size() > 1 ? " on this rank" : "") << ", " << steps << " steps, global batch " << micro_batch << " x "
+      << (plan.size() > 1 || pm.pipelined() ? " on this rank" : "") << ", " << steps << " steps, global batch " << micro_batch << " x "
       << cfg.grad_accum << " x " << dp << " = " << micro_batch * cfg.grad_accum * dp << (gpt ? " sequences" : " images")
       << ", " << kernels::cpu::num_threads() << " threads" << (world > 1 ? " per rank" : "");
   if (pg)
@@ -246,6 +246,11 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
         << ", layout " << shape.str() << (cfg.sequence_parallel ? ", sequence parallel" : "");
   if (cfg.recompute != "none") log << ", recompute " << cfg.recompute;
   log << "\n";
+  if (pm.pipelined())
+    log << "pipeline: " << cfg.pp_schedule << ", " << pm.all_stages().size() << " stages of blocks "
+        << pipeline::describe_stages(pm.all_stages()) << " (cut by "
+        << (cfg.pp_balance == "time" ? "measured time" : "parameter count") << "), " << cfg.grad_accum
+        << " micro-batches per step\n";
   if (zero) {
     const ZeroMemory zm = zero->memory();
     const auto mib = [](int64_t b) {

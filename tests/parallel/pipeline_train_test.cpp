@@ -139,6 +139,39 @@ TEST_F(PipelineTrain, ResumesAcrossLayoutsFromAndOntoPipelines) {
   }
 }
 
+TEST_F(PipelineTrain, EvaluationMixedPrecisionAndTimeBalancedStagesMatchOneProcess) {
+  for (const std::string precision : {"bf16", "fp16"}) {
+    const std::string extra = "--precision " + precision + " --val-data t.bin --eval-every 2 --eval-batches 3";
+    train(0, nano(4, 4, extra + out("one_" + precision)));
+    Result r = launch(2, nano(4, 4, extra + " --pp 2 --pp-balance time" + out("pp_" + precision)), 120);
+    ASSERT_TRUE(r.ok()) << r.output;
+    EXPECT_NE(r.output.find("stages of blocks"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("(cut by measured time)"), std::string::npos) << r.output;
+    // Every line, the evaluations included: the same losses, norms, loss scale and skips.
+    std::vector<nlohmann::json> a, b;
+    for (auto* v : {&a, &b}) {
+      std::ifstream f(path((v == &a ? "pp_" : "one_") + precision + ".jsonl"));
+      for (std::string line; std::getline(f, line);) v->push_back(nlohmann::json::parse(line));
+    }
+    ASSERT_EQ(a.size(), b.size()) << precision;
+    int evals = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (b[i].value("eval", false)) {
+        ++evals;
+        ASSERT_TRUE(a[i].value("eval", false)) << precision << " line " << i;
+        EXPECT_NEAR(a[i]["val_loss"].get<double>(), b[i]["val_loss"].get<double>(), 1e-5 * b[i]["val_loss"].get<double>())
+            << precision << " eval at line " << i;
+        continue;
+      }
+      EXPECT_NEAR(a[i]["loss"].get<double>(), b[i]["loss"].get<double>(), 1e-5 * b[i]["loss"].get<double>())
+          << precision << " step " << i;
+      EXPECT_EQ(a[i]["loss_scale"], b[i]["loss_scale"]) << precision << " step " << i;
+      EXPECT_EQ(a[i]["skipped"], b[i]["skipped"]) << precision << " step " << i;
+    }
+    EXPECT_EQ(evals, 3) << precision;  // after steps 2 and 4, and after the last
+  }
+}
+
 TEST_F(PipelineTrain, BadInputExitsTwoWithOneLineAndWritesNothing) {
   for (const auto& [ranks, args, says] : std::vector<std::tuple<int, std::string, std::string>>{
            {4, "--pp 4", "pipeline stages, but the model has only 2 blocks"},
