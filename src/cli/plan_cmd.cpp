@@ -12,11 +12,15 @@ namespace paratrain::cli {
 
 namespace {
 
-int print_schedule(int pp, int micro_batches, const std::string& schedule, int virtual_chunks) {
+int print_schedule(int pp, int micro_batches, const std::string& schedule, int virtual_chunks,
+                   const std::vector<double>& rank_costs) {
   using namespace parallel::pipeline;
   const ScheduleSpec spec{parse_schedule(schedule), pp, micro_batches, virtual_chunks};
   const Schedule s = build_schedule(spec);
   const ScheduleCheck c = check_schedule(s);
+  ScheduleCost weighted;
+  weighted.rank_scale = rank_costs;
+  const ScheduleCheck cw = rank_costs.empty() ? c : check_schedule(s, weighted);
   std::cout << schedule_name(spec.kind) << ", " << pp << " stages, " << micro_batches << " micro-batches"
             << (virtual_chunks > 1 ? ", " + std::to_string(virtual_chunks) + " chunks per rank" : "") << "\n"
             << format_schedule(s);
@@ -27,6 +31,11 @@ int print_schedule(int pp, int micro_batches, const std::string& schedule, int v
             << "peak activations held (micro-batch chunks) per rank:";
   for (int a : c.peak_activations) std::cout << " " << a;
   std::cout << "\n";
+  if (!rank_costs.empty()) {
+    std::cout << "bubble with the ranks' compute scaled by";
+    for (double f : rank_costs) std::cout << " " << f;
+    std::cout << ": " << cw.bubble_fraction << " of the step\n";
+  }
   return 0;
 }
 
@@ -65,6 +74,10 @@ int run_plan(int argc, char** argv) {
   app.add_option("--micro-batches", micro_batches, "micro-batches per step (train's --grad-accum), with --print-schedule");
   app.add_option("--pp-schedule", schedule, "gpipe | 1f1b | interleaved | zb1p, with --print-schedule");
   app.add_option("--pp-virtual", virtual_chunks, "model chunks per rank (interleaved), with --print-schedule");
+  std::string rank_costs;
+  app.add_option("--rank-costs", rank_costs,
+                 "with --print-schedule: each rank's compute cost relative to the others, e.g. 1,1.3 (stages of "
+                 "unequal work); also prints the bubble simulated with them");
 
   std::string model = "gpt2-124m";
   int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, vocab_size = 0;
@@ -102,7 +115,22 @@ int run_plan(int argc, char** argv) {
   app.add_option("--check", check_path,
                  "a `paratrain train --metrics` file: compare the memory estimate with its measured per-rank peaks");
   if (!parse_or_throw(app, argc, argv)) return 0;
-  if (print_sched) return print_schedule(pp, micro_batches, schedule, virtual_chunks);
+  if (print_sched) {
+    std::vector<double> costs;
+    if (!rank_costs.empty()) {
+      std::stringstream in(rank_costs);
+      for (std::string item; std::getline(in, item, ',');) {
+        try {
+          size_t used = 0;
+          costs.push_back(std::stod(item, &used));
+          if (used != item.size()) throw std::invalid_argument(item);
+        } catch (const std::exception&) {
+          throw InputError("plan: --rank-costs '" + rank_costs + "' is not a comma-separated list of numbers");
+        }
+      }
+    }
+    return print_schedule(pp, micro_batches, schedule, virtual_chunks, costs);
+  }
 
   nn::GPTConfig cfg;
   if (model == "gpt-nano" || model == "gpt-mini" || model == "gpt2-124m" || model == "gpt")

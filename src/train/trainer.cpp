@@ -247,7 +247,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   if (cfg.recompute != "none") log << ", recompute " << cfg.recompute;
   log << "\n";
   if (pm.pipelined())
-    log << "pipeline: " << cfg.pp_schedule << ", " << pm.all_stages().size() << " stages of blocks "
+    log << "pipeline: " << cfg.pp_schedule << ", " << pm.all_stages().size() << " stages, "
         << pipeline::describe_stages(pm.all_stages()) << " (cut by "
         << (cfg.pp_balance == "time" ? "measured time" : "parameter count") << "), " << cfg.grad_accum
         << " micro-batches per step\n";
@@ -408,6 +408,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     std::vector<double> compute_ms_per_rank = {compute_s * 1e3};
     // Pipeline: the share of the stages' schedule time they spent waiting (the bubble).
     double bubble_fraction = outcome.bubble_fraction;
+    std::vector<double> busy_ms_per_rank = {outcome.busy_ms};  // pipeline: each rank's compute actions
     if (pg) {
       // The reported loss is the mean over the global batch (each rank's mean weighted by its
       // share); step times, compute times and peaks are gathered per rank.
@@ -424,6 +425,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       w1->wait();
       w2->wait();
       double sum = 0, busy = 0, wall = 0;
+      busy_ms_per_rank.clear();
       step_ms_per_rank.clear();
       compute_ms_per_rank.clear();
       for (int r = 0; r < world; ++r) {
@@ -431,6 +433,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
         step_ms_per_rank.push_back(gathered_f[kGathered * r + 1]);
         compute_ms_per_rank.push_back(gathered_f[kGathered * r + 2]);
         busy += gathered_f[kGathered * r + 4];
+        busy_ms_per_rank.push_back(gathered_f[kGathered * r + 4]);
         wall += gathered_f[kGathered * r + 5];
       }
       loss = sum / (world / shape.pp);
@@ -532,6 +535,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
         m["pp_virtual"] = pipeline_virtual_chunks(cfg);
         m["pp_p2p_ms"] = outcome.p2p_ms;
         m["pp_p2p_bytes"] = outcome.p2p_bytes;
+        m["pp_busy_ms_per_rank"] = busy_ms_per_rank;
       }
       if (balancer.enabled()) m["micro_batch_per_rank"] = micro_batch_per_rank;
       m[task->counts_tokens() ? "tokens_per_s" : "samples_per_s"] = static_cast<double>(items_per_step) / step_s;

@@ -143,3 +143,28 @@ TEST(PipelineSchedule, BadInputIsAnInputError) {
 }
 
 }  // namespace
+
+namespace {
+
+// Stages of unequal work: rank 1 computes twice as long. GPipe, p = 2, m = 4 (F = 1, B = 2 on
+// rank 0; 2 and 4 on rank 1): rank 1's forwards end at 3, 5, 7, 9, its backwards at 13, 17,
+// 21, 25; rank 0's backwards follow each (2 long), the last ending at 27. Busy 12 + 24 of
+// 2 x 27: the bubble is 1/3, against 1/5 with equal stages.
+TEST(PipelineSchedule, RankFactorsSimulateStagesOfUnequalWork) {
+  const Schedule s = build_schedule({ScheduleKind::GPipe, 2, 4, 1});
+  ScheduleCost equal, skewed;
+  equal.rank_scale = {1.0, 1.0};
+  skewed.rank_scale = {1.0, 2.0};
+  EXPECT_NEAR(check_schedule(s, equal).bubble_fraction, 0.2, 1e-12);
+  const ScheduleCheck c = check_schedule(s, skewed);
+  ASSERT_TRUE(c.ok) << c.problem;
+  EXPECT_NEAR(c.makespan, 27.0, 1e-12);
+  EXPECT_NEAR(c.bubble_fraction, 1.0 / 3.0, 1e-12);
+  ScheduleCost wrong;
+  wrong.rank_scale = {1.0};
+  EXPECT_THROW(check_schedule(s, wrong), InputError);
+  wrong.rank_scale = {1.0, 0.0};
+  EXPECT_THROW(check_schedule(s, wrong), InputError);
+}
+
+}  // namespace

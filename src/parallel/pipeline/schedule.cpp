@@ -142,6 +142,12 @@ ScheduleCheck check_schedule(const Schedule& sc, const ScheduleCost& cost) {
     out.problem = o.str();
     return out;
   };
+  if (!cost.rank_scale.empty()) {
+    if (static_cast<int>(cost.rank_scale.size()) != p)
+      PT_THROW(InputError, "schedule cost: ", cost.rank_scale.size(), " rank factors for ", p, " ranks");
+    for (double f : cost.rank_scale)
+      if (!(f > 0)) PT_THROW(InputError, "schedule cost: a rank factor must be positive, got ", f);
+  }
   if (static_cast<int>(sc.ranks.size()) != p) {
     out.problem = "the schedule has " + std::to_string(sc.ranks.size()) + " ranks for " + std::to_string(p) + " stages";
     return out;
@@ -236,6 +242,7 @@ ScheduleCheck check_schedule(const Schedule& sc, const ScheduleCost& cost) {
           }
         }
         if (wait) break;
+        if (!cost.rank_scale.empty()) dur *= cost.rank_scale[static_cast<size_t>(r)];
         const double end = ready + dur;
         done[self] = end;
         clock[r] = end;

@@ -74,6 +74,10 @@ Schedule build_schedule(const ScheduleSpec& spec);
 // receive waits for its send.
 struct ScheduleCost {
   double forward = 1, backward_input = 1, backward_weight = 1;  // B costs I + W
+  // Per rank, a factor on its compute actions' costs (stages of unequal work, e.g. the last
+  // one also running the LM head); empty = 1 for every rank. InputError unless empty or one
+  // positive factor per rank.
+  std::vector<double> rank_scale;
 };
 struct ScheduleCheck {
   bool ok = false;
