@@ -18,6 +18,9 @@
 #include "data_parallel_step.h"
 #include "parallel_model.h"
 #include "pipeline_step.h"
+#include "resume.h"
+#include "run_log.h"
+#include "step_report.h"
 #include "run_record.h"
 #include "test_hooks.h"
 #include "paratrain/amp/mixed_precision.h"
@@ -144,32 +147,13 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
 
   // ---- resume: the whole checkpoint is verified and read before anything is applied ----
   const nlohmann::json this_run = run_config(cfg, micro_batch, shape, steps, lr);
-  std::optional<checkpoint::TrainingState> resumed;
   // A group restarted by `paratrain launch --max-restarts` (TORCHELASTIC_RESTART_COUNT > 0)
   // resumes from its checkpoints without being told (issue: launcher restarts).
   const int64_t restart_count = env::raw_int("TORCHELASTIC_RESTART_COUNT").value_or(0);
   const bool looked_for_checkpoint = cfg.resume || (restart_count > 0 && !cfg.checkpoint_dir.empty());
   const int64_t kill_in_save = test_kill_in_save_step(rank, restart_count);
-  if (looked_for_checkpoint) {
-    if (!cfg.resume) log << "restart " << restart_count << " of the group: resuming from " << cfg.checkpoint_dir << "\n";
-    const checkpoint::ResumePoint point = checkpoint::find_resume_point(cfg.checkpoint_dir);
-    if (!point.ignored.empty()) log << ignored_checkpoints_warning(point) << "\n";
-    if (const auto& ckpt = point.checkpoint) {
-      resumed = checkpoint::load_training_state(*ckpt);
-      check_resume_config(*ckpt, resumed->config, this_run);
-      if (resumed->step > steps)
-        PT_THROW(InputError, "cannot resume from ", *ckpt, ": it is at step ", resumed->step, ", beyond --steps ", steps);
-      log << "resuming from " << *ckpt << " (step " << resumed->step << " of " << steps << ")";
-      if (resumed->world_size != world) log << ", saved by " << resumed->world_size << " ranks, now " << world;
-      if (!resumed->optimizer_shards.empty())
-        log << ", optimizer state from " << resumed->optimizer_shards.size() << " shard(s)"
-            << (cfg.zero > 0 ? (resumed->optimizer_shards.size() != static_cast<size_t>(world) ? ", re-cut" : "")
-                             : ", assembled");
-      log << "\n";
-    } else if (point.ignored.empty()) {
-      log << "no checkpoint in " << cfg.checkpoint_dir << ": starting from step 0\n";
-    }
-  }
+  std::optional<checkpoint::TrainingState> resumed;
+  if (looked_for_checkpoint) resumed = find_resume_state(cfg, this_run, steps, world, restart_count, log);
   if (resumed)
     model.load_state_dict(resumed->model, true);
   else if (!cfg.init_from.empty())
@@ -191,7 +175,6 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   // DDP / ZeRO wrap it over the data-parallel group.
   ParallelModel pm(cfg, *task, mesh, lr, micro_batch);
   const TensorParallelPlan& plan = pm.plan();
-  DistributedDataParallel* const ddp = pm.ddp();
   FullyShardedDataParallel* const fsdp = pm.fsdp();
   ZeroOptimizer* const zero = pm.zero();
   optim::Optimizer& opt = pm.optimizer();
@@ -206,9 +189,6 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   // ZeRO 3 keeps no copy of the whole model across steps: each forward casts what it uses.
   autograd::WeightCastCache* const half_copies = fsdp ? nullptr : mp.half_copies();
   const int64_t inject_inf_step = test_inject_inf_step(rank);
-  // Per rank, gathered after the first step (constant from then on): optimizer state bytes
-  // and the gradient buffers held between steps.
-  std::vector<int64_t> mem_optimizer_per_rank, mem_grad_per_rank, mem_param_per_rank;
   if (resumed) {
     // The checkpoint holds the whole state (any layout saved it); this rank's tensor-parallel
     // part of it, then (ZeRO) its pieces of that.
@@ -237,52 +217,15 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
 
   // Items (tokens or images) of one optimizer step over all ranks.
   const int64_t items_per_step = task->items_per_micro_batch() * cfg.grad_accum * dp;
-  log << "paratrain train: " << cfg.model << ", " << model.num_parameters() << " parameters"
-      << (plan.size() > 1 || pm.pipelined() ? " on this rank" : "") << ", " << steps << " steps, global batch " << micro_batch << " x "
-      << cfg.grad_accum << " x " << dp << " = " << micro_batch * cfg.grad_accum * dp << (gpt ? " sequences" : " images")
-      << ", " << kernels::cpu::num_threads() << " threads" << (world > 1 ? " per rank" : "");
-  if (pg)
-    log << ", " << world << " ranks (" << pg->backend_name() << (cfg.deterministic ? ", deterministic" : "") << ")"
-        << ", layout " << shape.str() << (cfg.sequence_parallel ? ", sequence parallel" : "");
-  if (cfg.recompute != "none") log << ", recompute " << cfg.recompute;
-  log << "\n";
-  if (pm.pipelined())
-    log << "pipeline: " << cfg.pp_schedule << ", " << pm.all_stages().size() << " stages, "
-        << pipeline::describe_stages(pm.all_stages()) << " (cut by "
-        << (cfg.pp_balance == "time" ? "measured time" : "parameter count") << "), " << cfg.grad_accum
-        << " micro-batches per step\n";
-  if (zero) {
-    const ZeroMemory zm = zero->memory();
-    const auto mib = [](int64_t b) {
-      std::ostringstream o;
-      o << std::fixed << std::setprecision(2) << static_cast<double>(b) / (1 << 20);
-      return o.str();
-    };
-    if (fsdp) {
-      const FsdpMemory fm = fsdp->memory();
-      log << "zero 3: per rank, parameters " << mib(fm.parameter_shard_bytes) << " MiB (unsharded "
-          << mib(fm.parameter_bytes) << " MiB), gradient shard " << mib(fm.gradient_shard_bytes) << " MiB, optimizer state "
-          << mib(zm.optimizer_bytes) << " MiB (unsharded " << mib(zm.optimizer_unsharded_bytes) << " MiB); "
-          << fsdp->num_units() << " units gathered one at a time (largest " << mib(fm.largest_unit_bytes) << " MiB)"
-          << (cfg.zero3_reshard_after_forward ? "" : ", kept from forward to backward") << "\n";
-    } else
-    log << "zero " << cfg.zero << ": per rank, optimizer state " << mib(zm.optimizer_bytes) << " MiB (unsharded "
-        << mib(zm.optimizer_unsharded_bytes) << " MiB), gradient shard " << mib(zm.gradient_shard_bytes) << " MiB"
-        << (cfg.zero == 2 ? "; the full gradient buckets (" + mib(zm.gradient_bytes - zm.gradient_shard_bytes) +
-                                " MiB) are held only from zero_grad to the reduce-scatter"
-                          : " next to the full gradient buckets (" + mib(zm.gradient_bytes - zm.gradient_shard_bytes) +
-                                " MiB)")
-        << "\n";
-  }
-  if (cfg.compress != "none")
-    log << (!mesh.dp() ? "--compress " + cfg.compress + ": one data-parallel rank, nothing to send"
-            : fsdp     ? "--compress " + cfg.compress + " with --zero 3: parameters all-gathered and gradients "
-                         "reduce-scattered in " + cfg.compress + " (half the bytes; shards and optimizer stay f32)"
-                       : compress_summary(model, ddp->options().compress))
-        << "\n";
-
-  // Every rank measures its hardware peak when rank 0 does, so their timings stay comparable.
-  const double peak_flops = !cfg.metrics.empty() ? monitor::hardware_peak_flops() : 0.0;
+  log_run_header(log, cfg, pm, mesh, steps, micro_batch);
+  // What every metrics line carries; the memory per rank is gathered after the first step
+  // (constant from then on). Every rank measures its hardware peak when rank 0 does, so their
+  // timings stay comparable.
+  RunFigures run;
+  run.peak_flops = !cfg.metrics.empty() ? monitor::hardware_peak_flops() : 0.0;
+  run.items_per_step = items_per_step;
+  run.micro_batch = micro_batch;
+  run.compute_dtype = compute_dtype;
   Allocator& alloc = allocator_for(Device::CPU);
   alloc.reset_peak();
   TrainResult result;
@@ -292,9 +235,6 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   int64_t timed_items = 0;
   const float base_seed = pm.backward_seed(cfg.grad_accum);
   Tensor accum_seed = Tensor::full({}, base_seed);
-  // Per rank: weighted loss, step ms, compute ms, data-wait ms, pipeline busy ms, pipeline wall ms.
-  constexpr int kGathered = 6;
-  std::vector<float> gathered_f(kGathered * static_cast<size_t>(world));
 
   // Micro-batch sizes per rank (even unless --balance auto moves items to faster ranks), and
   // the background loader that prepares the next step's batches during this one.
@@ -313,7 +253,6 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       for (int64_t k = 0; k < cfg.grad_accum; ++k) prefetcher.enqueue(request(s, k));
   };
   announce(start_step);
-  std::vector<int64_t> gathered_peak(2 * static_cast<size_t>(world));  // per rank: allocator peak, activations
   // The step as a schedule over the micro-batches: one after the other, or a pipeline's.
   MicroBatches batches{[&](int64_t s, int64_t k) -> const data::Batch& { return prefetcher.next(request(s, k)); },
                        announce};
@@ -362,9 +301,6 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     const double loss_scale = mp.scaler().scale();  // the scale this step's gradients carry
     accum_seed.data<float>()[0] = static_cast<float>(base_seed * weight * loss_scale);
     const StepOutcome outcome = schedule->run(step, accum_seed);
-    const double loss_sum = outcome.loss_sum;
-    const int64_t activation_bytes = outcome.activation_bytes;  // the most the forwards left for backward
-    const double compute_s = outcome.compute_s;  // everything but waiting for the last buckets
     const double data_wait_s = prefetcher.take_wait_seconds();
     pm.finish();  // .grad = mean over every micro-batch of every rank (ZeRO: this rank's shard of it)
     if (step == inject_inf_step) inject_inf(opt_params, rank, step);
@@ -394,65 +330,28 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
         pg->allgather(mine, all.data(), 3, DType::I64)->wait();
       }
       for (int r = 0; r < world; ++r) {
-        mem_optimizer_per_rank.push_back(all[3 * r]);
-        mem_grad_per_rank.push_back(all[3 * r + 1]);
-        mem_param_per_rank.push_back(all[3 * r + 2]);
+        run.mem_optimizer_per_rank.push_back(all[3 * r]);
+        run.mem_grad_per_rank.push_back(all[3 * r + 1]);
+        run.mem_param_per_rank.push_back(all[3 * r + 2]);
       }
     }
-    double step_s = seconds_since(t0);
-    double loss = loss_sum / static_cast<double>(cfg.grad_accum);
-    std::vector<double> step_ms_per_rank = {step_s * 1e3};
-    std::vector<int64_t> peak_per_rank = {alloc.stats().peak_bytes_in_use};
-    std::vector<int64_t> activation_per_rank = {activation_bytes};
-    std::vector<int64_t> micro_batch_per_rank = balancer.sizes_at(step);
-    std::vector<double> compute_ms_per_rank = {compute_s * 1e3};
-    // Pipeline: the share of the stages' schedule time they spent waiting (the bubble).
-    double bubble_fraction = outcome.bubble_fraction;
-    std::vector<double> busy_ms_per_rank = {outcome.busy_ms};  // pipeline: each rank's compute actions
-    if (pg) {
-      // The reported loss is the mean over the global batch (each rank's mean weighted by its
-      // share); step times, compute times and peaks are gathered per rank.
-      // Only the ranks holding the last pipeline stage computed a loss.
-      const float mine[kGathered] = {outcome.computes_loss ? static_cast<float>(loss * weight) : 0.0f,
-                                     static_cast<float>(step_s * 1e3),
-                                     static_cast<float>(compute_s * 1e3),
-                                     static_cast<float>(data_wait_s * 1e3),
-                                     static_cast<float>(outcome.busy_ms),
-                                     static_cast<float>(outcome.wall_ms)};
-      auto w1 = pg->allgather(mine, gathered_f.data(), kGathered, DType::F32);
-      const int64_t mine_bytes[2] = {peak_per_rank[0], activation_bytes};
-      auto w2 = pg->allgather(mine_bytes, gathered_peak.data(), 2, DType::I64);
-      w1->wait();
-      w2->wait();
-      double sum = 0, busy = 0, wall = 0;
-      busy_ms_per_rank.clear();
-      step_ms_per_rank.clear();
-      compute_ms_per_rank.clear();
-      for (int r = 0; r < world; ++r) {
-        sum += gathered_f[kGathered * r];
-        step_ms_per_rank.push_back(gathered_f[kGathered * r + 1]);
-        compute_ms_per_rank.push_back(gathered_f[kGathered * r + 2]);
-        busy += gathered_f[kGathered * r + 4];
-        busy_ms_per_rank.push_back(gathered_f[kGathered * r + 4]);
-        wall += gathered_f[kGathered * r + 5];
-      }
-      loss = sum / (world / shape.pp);
-      if (pm.pipelined()) bubble_fraction = wall > 0 ? 1.0 - busy / wall : 0.0;
-      peak_per_rank.clear(), activation_per_rank.clear();
-      for (int r = 0; r < world; ++r) {
-        peak_per_rank.push_back(gathered_peak[2 * r]);
-        activation_per_rank.push_back(gathered_peak[2 * r + 1]);
-      }
-      // The first two steps pay for first-touch of memory on every rank: not measured.
-      if (step > start_step + 1 && balancer.observe(step, compute_ms_per_rank)) {
-        const auto& next = balancer.sizes_at(step + 2);
-        progress.finish();
-        log << "balance: from step " << step + 3 << " micro-batches per rank [";
-        for (int r = 0; r < world; ++r) log << (r ? ", " : "") << next[r];
-        log << "] (measured compute ms per rank last step [";
-        for (int r = 0; r < world; ++r) log << (r ? ", " : "") << std::lround(compute_ms_per_rank[r]);
-        log << "])\n";
-      }
+    StepReport report;
+    report.step = step, report.lr = step_lr, report.norm = norm, report.loss_scale = loss_scale;
+    report.skipped = skipped, report.data_wait_s = data_wait_s, report.outcome = outcome, report.tp = tp_stats;
+    report.step_s = seconds_since(t0);
+    report.loss = outcome.loss_sum / static_cast<double>(cfg.grad_accum);
+    gather_step_report(report, pg.get(), shape, weight, alloc.stats().peak_bytes_in_use);
+    report.page_faults = monitor::minor_page_faults() - faults_before;
+    const double step_s = report.step_s, loss = report.loss;
+    // The first two steps pay for first-touch of memory on every rank: not measured.
+    if (pg && step > start_step + 1 && balancer.observe(step, report.compute_ms_per_rank)) {
+      const auto& next = balancer.sizes_at(step + 2);
+      progress.finish();
+      log << "balance: from step " << step + 3 << " micro-batches per rank [";
+      for (int r = 0; r < world; ++r) log << (r ? ", " : "") << next[r];
+      log << "] (measured compute ms per rank last step [";
+      for (int r = 0; r < world; ++r) log << (r ? ", " : "") << std::lround(report.compute_ms_per_rank[r]);
+      log << "])\n";
     }
     if (!std::isfinite(loss)) PT_THROW(Error, "training diverged: loss is ", loss, " at step ", step);
     if (step > start_step || steps - start_step == 1) {  // the first step pays for first-touch of memory
@@ -463,83 +362,8 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
                                           : static_cast<double>(items_per_step) / step_s;
     result.last_loss = loss;
     if (metrics.enabled()) {
-      const FsdpStepStats z3 = fsdp ? fsdp->last_stats() : FsdpStepStats{};
-      const double comm_ms = ddp ? ddp->last_stats().comm_ms : z3.gather_ms + z3.reduce_scatter_ms;
-      const double exposed_ms =
-          ddp ? ddp->last_stats().exposed_comm_ms : z3.gather_exposed_ms + z3.reduce_scatter_exposed_ms;
-      nlohmann::json m = {{"step", step},
-                          {"loss", loss},
-                          {"lr", step_lr},
-                          {"grad_norm", norm},
-                          {"step_ms", step_s * 1e3},
-                          {"compute_ms", step_s * 1e3 - exposed_ms},
-                          {"comm_ms", comm_ms},
-                          {"exposed_comm_ms", exposed_ms},
-                          {"mfu", peak_flops > 0 ? task->flops_per_item() * items_per_step / step_s /
-                                                       (peak_flops * world)
-                                                 : 0.0},
-                          {"peak_flops", peak_flops * world},
-                          {"page_faults", monitor::minor_page_faults() - faults_before},
-                          {"loss_scale", loss_scale},
-                          {"skipped", skipped},
-                          {"mem_peak_bytes", peak_per_rank},
-                          {"step_ms_per_rank", step_ms_per_rank},
-                          {"compute_ms_per_rank", compute_ms_per_rank},
-                          {"data_wait_ms", data_wait_s * 1e3}};
-      if (pg) m["world_size"] = world;
-      m["mem_optimizer_bytes"] = mem_optimizer_per_rank;
-      m["mem_grad_bytes"] = mem_grad_per_rank;
-      m["mem_param_bytes"] = mem_param_per_rank;
-      if (zero) m["zero"] = cfg.zero;
-      if (mp.half()) m["precision"] = amp::precision_name(compute_dtype), m["mem_half_copy_bytes"] = mp.half_copy_bytes();
-      m["mem_activation_bytes"] = activation_bytes;
-      m["mem_activation_bytes_per_rank"] = activation_per_rank;
-      if (cfg.recompute != "none") m["recompute"] = cfg.recompute;
-      if (ddp && mesh.dp())
-        m["comm_bytes"] = ddp->last_stats().bytes, m["comm_bytes_uncompressed"] = ddp->last_stats().bytes_uncompressed;
-      if (fsdp && mesh.dp()) {
-        m["comm_bytes"] = z3.gather_bytes + z3.reduce_scatter_bytes;
-        m["zero3"] = {{"gather_ms", z3.gather_ms},
-                      {"gather_exposed_ms", z3.gather_exposed_ms},
-                      {"reduce_scatter_ms", z3.reduce_scatter_ms},
-                      {"reduce_scatter_exposed_ms", z3.reduce_scatter_exposed_ms},
-                      {"gather_hidden_ms", std::max(0.0, z3.gather_ms - z3.gather_exposed_ms)},
-                      {"reduce_scatter_hidden_ms", std::max(0.0, z3.reduce_scatter_ms - z3.reduce_scatter_exposed_ms)},
-                      {"gathers", z3.gathers},
-                      {"gather_bytes", z3.gather_bytes},
-                      {"reduce_scatter_bytes", z3.reduce_scatter_bytes},
-                      {"peak_gathered_units", z3.peak_gathered_units},
-                      {"peak_gathered_bytes", z3.peak_gathered_bytes}};
-      }
-      m["layout"] = {{"dp", shape.dp}, {"tp", shape.tp}, {"pp", shape.pp}};
-      // What `paratrain plan --check` needs to rebuild the run's memory estimate.
-      m["micro_batch"] = micro_batch;
-      m["grad_accum"] = cfg.grad_accum;
-      m["bucket_mb"] = cfg.bucket_mb;
-      if (const nn::GPT* g = task->gpt()) {
-        const nn::GPTConfig& gc = g->config();
-        m["model"] = {{"name", cfg.model},           {"n_layer", gc.n_layer},       {"n_head", gc.n_head},
-                      {"n_embd", gc.n_embd},         {"block_size", gc.block_size}, {"vocab_size", gc.vocab_size},
-                      {"dropout", gc.dropout}};
-      }
-      if (cfg.zero == 3) m["zero3_prefetch"] = cfg.zero3_prefetch;
-      if (plan.size() > 1) {
-        m["tp_comm_ms"] = tp_stats.ms;
-        m["tp_comm_bytes"] = tp_stats.bytes;
-        m["tp_comm_calls"] = tp_stats.calls;
-        if (cfg.sequence_parallel) m["sequence_parallel"] = true;
-      }
-      if (pm.pipelined()) {
-        m["bubble_fraction"] = bubble_fraction;
-        m["pp_schedule"] = cfg.pp_schedule;
-        m["pp_virtual"] = pipeline_virtual_chunks(cfg);
-        m["pp_p2p_ms"] = outcome.p2p_ms;
-        m["pp_p2p_bytes"] = outcome.p2p_bytes;
-        m["pp_busy_ms_per_rank"] = busy_ms_per_rank;
-      }
-      if (balancer.enabled()) m["micro_batch_per_rank"] = micro_batch_per_rank;
-      m[task->counts_tokens() ? "tokens_per_s" : "samples_per_s"] = static_cast<double>(items_per_step) / step_s;
-      metrics.write(m);
+      const std::vector<int64_t> sizes = balancer.sizes_at(step);
+      metrics.write(metrics_line(report, cfg, pm, mesh, *task, mp, run, balancer.enabled() ? &sizes : nullptr));
     }
     if (!cfg.quiet) {
       const double eta = (steps - step - 1) * (timed_seconds > 0 ? timed_seconds / std::max<int64_t>(step - start_step, 1) : step_s);
@@ -551,7 +375,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       if (mp.scaler().enabled()) line << " | scale " << std::setprecision(0) << loss_scale << (skipped ? " (skipped)" : "");
       if (plan.size() > 1 || pm.pipelined()) line << " | " << shape.str();
       if (plan.size() > 1) line << ", tp comm " << std::setprecision(1) << tp_stats.ms << " ms";
-      if (pm.pipelined()) line << ", " << cfg.pp_schedule << " bubble " << std::setprecision(2) << bubble_fraction;
+      if (pm.pipelined()) line << ", " << cfg.pp_schedule << " bubble " << std::setprecision(2) << report.bubble_fraction;
       progress.update(step, line.str());
     }
     if (!cfg.checkpoint_dir.empty() &&

@@ -1,0 +1,140 @@
+#include "step_report.h"
+
+#include <algorithm>
+
+#include "paratrain/nn/gpt.h"
+#include "config_check.h"
+
+namespace paratrain::train {
+
+using namespace parallel;
+
+void gather_step_report(StepReport& r, comm::ProcessGroup* pg, const MeshShape& shape, double weight,
+                        int64_t peak_bytes) {
+  const StepOutcome& o = r.outcome;
+  r.step_ms_per_rank = {r.step_s * 1e3};
+  r.compute_ms_per_rank = {o.compute_s * 1e3};
+  r.busy_ms_per_rank = {o.busy_ms};
+  r.peak_per_rank = {peak_bytes};
+  r.activation_per_rank = {o.activation_bytes};
+  r.bubble_fraction = o.bubble_fraction;
+  if (!pg) return;
+  const int world = shape.world();
+  // Per rank: weighted loss (0 where no loss was computed: pipeline ranks without the last
+  // stage), step ms, compute ms, data-wait ms, pipeline busy ms, pipeline wall ms; then the
+  // allocator peak and the activation bytes.
+  constexpr int kF = 6;
+  const float mine[kF] = {o.computes_loss ? static_cast<float>(r.loss * weight) : 0.0f, static_cast<float>(r.step_s * 1e3),
+                          static_cast<float>(o.compute_s * 1e3),  static_cast<float>(r.data_wait_s * 1e3),
+                          static_cast<float>(o.busy_ms),           static_cast<float>(o.wall_ms)};
+  const int64_t mine_bytes[2] = {peak_bytes, o.activation_bytes};
+  std::vector<float> f(kF * static_cast<size_t>(world));
+  std::vector<int64_t> b(2 * static_cast<size_t>(world));
+  auto w1 = pg->allgather(mine, f.data(), kF, DType::F32);
+  auto w2 = pg->allgather(mine_bytes, b.data(), 2, DType::I64);
+  w1->wait();
+  w2->wait();
+  double sum = 0, busy = 0, wall = 0;
+  r.step_ms_per_rank.clear(), r.compute_ms_per_rank.clear(), r.busy_ms_per_rank.clear();
+  r.peak_per_rank.clear(), r.activation_per_rank.clear();
+  for (int k = 0; k < world; ++k) {
+    sum += f[kF * k];
+    r.step_ms_per_rank.push_back(f[kF * k + 1]);
+    r.compute_ms_per_rank.push_back(f[kF * k + 2]);
+    r.busy_ms_per_rank.push_back(f[kF * k + 4]);
+    busy += f[kF * k + 4];
+    wall += f[kF * k + 5];
+    r.peak_per_rank.push_back(b[2 * k]);
+    r.activation_per_rank.push_back(b[2 * k + 1]);
+  }
+  r.loss = sum / (world / shape.pp);
+  if (shape.pp > 1) r.bubble_fraction = wall > 0 ? 1.0 - busy / wall : 0.0;
+}
+
+nlohmann::json metrics_line(const StepReport& r, const TrainConfig& cfg, ParallelModel& pm, const DeviceMesh& mesh,
+                            Task& task, const amp::MixedPrecision& mp, const RunFigures& run,
+                            const std::vector<int64_t>* micro_batch_per_rank) {
+  const MeshShape& shape = mesh.shape();
+  const int world = shape.world();
+  DistributedDataParallel* const ddp = pm.ddp();
+  FullyShardedDataParallel* const fsdp = pm.fsdp();
+  const FsdpStepStats z3 = fsdp ? fsdp->last_stats() : FsdpStepStats{};
+  const double comm_ms = ddp ? ddp->last_stats().comm_ms : z3.gather_ms + z3.reduce_scatter_ms;
+  const double exposed_ms =
+      ddp ? ddp->last_stats().exposed_comm_ms : z3.gather_exposed_ms + z3.reduce_scatter_exposed_ms;
+  nlohmann::json m = {{"step", r.step},
+                      {"loss", r.loss},
+                      {"lr", r.lr},
+                      {"grad_norm", r.norm},
+                      {"step_ms", r.step_s * 1e3},
+                      {"compute_ms", r.step_s * 1e3 - exposed_ms},
+                      {"comm_ms", comm_ms},
+                      {"exposed_comm_ms", exposed_ms},
+                      {"mfu", run.peak_flops > 0 ? task.flops_per_item() * run.items_per_step / r.step_s /
+                                                   (run.peak_flops * world)
+                                             : 0.0},
+                      {"peak_flops", run.peak_flops * world},
+                      {"page_faults", r.page_faults},
+                      {"loss_scale", r.loss_scale},
+                      {"skipped", r.skipped},
+                      {"mem_peak_bytes", r.peak_per_rank},
+                      {"step_ms_per_rank", r.step_ms_per_rank},
+                      {"compute_ms_per_rank", r.compute_ms_per_rank},
+                      {"data_wait_ms", r.data_wait_s * 1e3}};
+  if (mesh.world()) m["world_size"] = world;
+  m["mem_optimizer_bytes"] = run.mem_optimizer_per_rank;
+  m["mem_grad_bytes"] = run.mem_grad_per_rank;
+  m["mem_param_bytes"] = run.mem_param_per_rank;
+  if (pm.zero()) m["zero"] = cfg.zero;
+  if (mp.half()) m["precision"] = amp::precision_name(run.compute_dtype), m["mem_half_copy_bytes"] = mp.half_copy_bytes();
+  m["mem_activation_bytes"] = r.outcome.activation_bytes;
+  m["mem_activation_bytes_per_rank"] = r.activation_per_rank;
+  if (cfg.recompute != "none") m["recompute"] = cfg.recompute;
+  if (ddp && mesh.dp())
+    m["comm_bytes"] = ddp->last_stats().bytes, m["comm_bytes_uncompressed"] = ddp->last_stats().bytes_uncompressed;
+  if (fsdp && mesh.dp()) {
+    m["comm_bytes"] = z3.gather_bytes + z3.reduce_scatter_bytes;
+    m["zero3"] = {{"gather_ms", z3.gather_ms},
+                  {"gather_exposed_ms", z3.gather_exposed_ms},
+                  {"reduce_scatter_ms", z3.reduce_scatter_ms},
+                  {"reduce_scatter_exposed_ms", z3.reduce_scatter_exposed_ms},
+                  {"gather_hidden_ms", std::max(0.0, z3.gather_ms - z3.gather_exposed_ms)},
+                  {"reduce_scatter_hidden_ms", std::max(0.0, z3.reduce_scatter_ms - z3.reduce_scatter_exposed_ms)},
+                  {"gathers", z3.gathers},
+                  {"gather_bytes", z3.gather_bytes},
+                  {"reduce_scatter_bytes", z3.reduce_scatter_bytes},
+                  {"peak_gathered_units", z3.peak_gathered_units},
+                  {"peak_gathered_bytes", z3.peak_gathered_bytes}};
+  }
+  m["layout"] = {{"dp", shape.dp}, {"tp", shape.tp}, {"pp", shape.pp}};
+  // What `paratrain plan --check` needs to rebuild the run's memory estimate.
+  m["micro_batch"] = run.micro_batch;
+  m["grad_accum"] = cfg.grad_accum;
+  m["bucket_mb"] = cfg.bucket_mb;
+  if (const nn::GPT* g = task.gpt()) {
+    const nn::GPTConfig& gc = g->config();
+    m["model"] = {{"name", cfg.model},           {"n_layer", gc.n_layer},       {"n_head", gc.n_head},
+                  {"n_embd", gc.n_embd},         {"block_size", gc.block_size}, {"vocab_size", gc.vocab_size},
+                  {"dropout", gc.dropout}};
+  }
+  if (cfg.zero == 3) m["zero3_prefetch"] = cfg.zero3_prefetch;
+  if (pm.plan().size() > 1) {
+    m["tp_comm_ms"] = r.tp.ms;
+    m["tp_comm_bytes"] = r.tp.bytes;
+    m["tp_comm_calls"] = r.tp.calls;
+    if (cfg.sequence_parallel) m["sequence_parallel"] = true;
+  }
+  if (pm.pipelined()) {
+    m["bubble_fraction"] = r.bubble_fraction;
+    m["pp_schedule"] = cfg.pp_schedule;
+    m["pp_virtual"] = pipeline_virtual_chunks(cfg);
+    m["pp_p2p_ms"] = r.outcome.p2p_ms;
+    m["pp_p2p_bytes"] = r.outcome.p2p_bytes;
+    m["pp_busy_ms_per_rank"] = r.busy_ms_per_rank;
+  }
+  if (micro_batch_per_rank) m["micro_batch_per_rank"] = *micro_batch_per_rank;
+  m[task.counts_tokens() ? "tokens_per_s" : "samples_per_s"] = static_cast<double>(run.items_per_step) / r.step_s;
+  return m;
+}
+
+}  // namespace paratrain::train

@@ -1,0 +1,52 @@
+// One optimizer step's figures: this rank's, then every rank's (gather_step_report, collective
+// over the world), and the metrics line (DESIGN.md "Metrics") built from them.
+//
+// Thread-safety: the training thread. Plain values.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "paratrain/amp/mixed_precision.h"
+#include "paratrain/parallel/tensor_parallel/comm_ops.h"
+#include "parallel_model.h"
+#include "step_schedule.h"
+
+namespace paratrain::train {
+
+struct StepReport {
+  int64_t step = 0;
+  double lr = 0, loss = 0, norm = std::numeric_limits<double>::quiet_NaN(), step_s = 0, loss_scale = 1;
+  double data_wait_s = 0;
+  bool skipped = false;
+  long page_faults = 0;
+  StepOutcome outcome;
+  parallel::TpCommStats tp;
+  // Per rank (this rank's alone without a group).
+  std::vector<double> step_ms_per_rank, compute_ms_per_rank, busy_ms_per_rank;
+  std::vector<int64_t> peak_per_rank, activation_per_rank;
+  double bubble_fraction = -1;  // pipeline: 1 - compute / schedule time over every rank
+};
+
+// Fills the per-rank figures from this rank's (`r.loss`: this rank's mean micro-batch loss,
+// weighted by `weight`, its share of the global batch) and makes `r.loss` the global batch's
+// mean (over the ranks holding the last pipeline stage). Collective over `world` (may be null).
+void gather_step_report(StepReport& r, comm::ProcessGroup* world, const parallel::MeshShape& shape, double weight,
+                        int64_t peak_bytes);
+
+// What stays constant over a run and goes into every metrics line.
+struct RunFigures {
+  std::vector<int64_t> mem_optimizer_per_rank, mem_grad_per_rank, mem_param_per_rank;
+  double peak_flops = 0;  // per rank
+  int64_t items_per_step = 0, micro_batch = 0;
+  DType compute_dtype = DType::F32;
+};
+
+nlohmann::json metrics_line(const StepReport& r, const TrainConfig& cfg, ParallelModel& pm,
+                            const parallel::DeviceMesh& mesh, Task& task, const amp::MixedPrecision& mp,
+                            const RunFigures& run, const std::vector<int64_t>* micro_batch_per_rank);
+
+}  // namespace paratrain::train
