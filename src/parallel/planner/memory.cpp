@@ -328,7 +328,9 @@ MemoryEstimate estimate_rank_memory(const nn::GPTConfig& c, const Layout& L, con
     const auto buckets = ddp_buckets(params, opt.bucket_mb, W, true);
     int64_t biggest = 0;
     for (const auto& b : buckets) biggest = std::max(biggest, rounded(4 * b.total));
-    buf += biggest;
+    // A pipeline reduces every bucket at finish(), after the backward freed the activations:
+    // the staging copy then only raises the peak where it outgrows what the backward held.
+    buf += L.pp > 1 ? std::max<int64_t>(0, biggest - (m.activations + buf)) : biggest;
   }
   buf += zero3_buffers;
   m.buffers = buf;
