@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "paratrain/data/token_file.h"
+#include "support/run_binary.h"
 
 namespace fs = std::filesystem;
 
@@ -27,23 +28,11 @@ namespace {
 const char* const kLayers[] = {"base",   "tensor",     "kernels", "autograd", "nn",       "optim", "comm",
                                "data",   "amp",        "checkpoint", "monitor", "parallel", "train", "launch"};
 
-struct Cmd {
-  int rc = -1;
-  std::string out;
-};
+using Cmd = paratrain::test::CommandResult;
 
 // Runs `cmd` through the shell under `timeout -k 5 timeout_s`, stdout and stderr together.
 Cmd run(const std::string& cmd, int timeout_s) {
-  std::string full = "timeout -k 5 " + std::to_string(timeout_s) + " sh -c '" + cmd + "' 2>&1";
-  Cmd r;
-  FILE* p = popen(full.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  return paratrain::test::run_shell_line("timeout -k 5 " + std::to_string(timeout_s) + " sh -c '" + cmd + "' 2>&1");
 }
 
 bool have(const std::string& tool) { return run("command -v " + tool, 10).rc == 0; }

@@ -15,9 +15,8 @@ struct CommandResult {
   std::string out;      // stdout and stderr, interleaved
 };
 
-// Runs `PARATRAIN_BIN args` through the shell under `timeout timeout_s`.
-inline CommandResult run_paratrain(const std::string& args, int timeout_s = 120) {
-  std::string cmd = "timeout " + std::to_string(timeout_s) + " " + PARATRAIN_BIN + " " + args + " 2>&1";
+// Runs the shell command line `cmd` (already quoted for sh; stdout and stderr together).
+inline CommandResult run_shell_line(const std::string& cmd) {
   CommandResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -27,6 +26,11 @@ inline CommandResult run_paratrain(const std::string& args, int timeout_s = 120)
   int status = pclose(p);
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+// Runs `PARATRAIN_BIN args` through the shell under `timeout timeout_s`.
+inline CommandResult run_paratrain(const std::string& args, int timeout_s = 120) {
+  return run_shell_line("timeout " + std::to_string(timeout_s) + " " + PARATRAIN_BIN + " " + args + " 2>&1");
 }
 
 }  // namespace paratrain::test
