@@ -22,6 +22,20 @@ int message_tag(int mb, int to_stage, int num_stages, bool gradient) {
   return ((mb * num_stages + to_stage) << 1) | (gradient ? 1 : 0);
 }
 
+// Sends posted and not yet waited for, with the f32 copies they read (kept alive until then).
+struct Outbox {
+  std::vector<comm::WorkPtr> works;
+  std::vector<Tensor> data;
+  // Posts `t` (as contiguous f32, detached) to `peer`; returns the bytes sent.
+  int64_t post(comm::ProcessGroup& pp, const Tensor& t, int peer, int tag) {
+    Tensor c = t.detach().contiguous();
+    if (c.dtype() != DType::F32) c = c.to(DType::F32);
+    works.push_back(pp.send(c.data<float>(), static_cast<size_t>(c.numel()), DType::F32, peer, tag));
+    data.push_back(std::move(c));
+    return static_cast<int64_t>(data.back().numel()) * 4;
+  }
+};
+
 // What one (micro-batch, model stage) holds between its forward and its backward.
 struct Slot {
   Tensor input;       // tokens, or a leaf requiring grad (hidden states)
@@ -31,7 +45,7 @@ struct Slot {
   Tensor grad;        // received (or handed over) gradient of `output`, before the backward
   comm::WorkPtr grad_work;
   std::optional<autograd::DeferredWeightGradients> deferred;  // zb1p: W after I
-  bool forward_done = false, backward_done = false;
+  bool backward_done = false;
 };
 
 }  // namespace
@@ -52,8 +66,7 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
   PipelineStepStats st;
   const auto t_step = Clock::now();
   std::map<std::pair<int, int>, Slot> slots;  // (micro-batch, model stage)
-  std::vector<comm::WorkPtr> sends;
-  std::vector<Tensor> sent;  // kept alive until their sends complete
+  Outbox sends;
   int held = 0;
   const auto stage_of = [&](const Action& a) { return a.chunk * p + pp_rank_; };
   const auto wait = [&](comm::WorkPtr& w) {
@@ -63,13 +76,7 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
     st.p2p_wait_ms += ms_since(t);
     w.reset();
   };
-  const auto send = [&](const Tensor& t, int peer, int tag) {
-    Tensor c = t.detach().contiguous();
-    if (c.dtype() != DType::F32) c = c.to(DType::F32);
-    sends.push_back(pp_->send(c.data<float>(), static_cast<size_t>(c.numel()), DType::F32, peer, tag));
-    st.p2p_bytes += static_cast<int64_t>(c.numel()) * 4;
-    sent.push_back(std::move(c));
-  };
+  const auto send = [&](const Tensor& t, int peer, int tag) { st.p2p_bytes += sends.post(*pp_, t, peer, tag); };
   const auto post_recv = [&](Tensor& buf, comm::WorkPtr& work, int peer, int tag) {
     buf = Tensor::empty(hidden_shape_, DType::F32);
     work = pp_->recv(buf.data<float>(), static_cast<size_t>(buf.numel()), DType::F32, peer, tag);
@@ -132,7 +139,6 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
         if (stage == S - 1) st.loss_sum += s.output.item();
         // The next stage on this rank takes the output directly.
         if (stage + 1 < S && (stage + 1) % p == pp_rank_) slots[{a.micro_batch, stage + 1}].incoming = s.output.detach();
-        s.forward_done = true;
         st.peak_held = std::max(st.peak_held, ++held);
         st.peak_activation_bytes = std::max(st.peak_activation_bytes, alloc.stats().bytes_in_use - bytes_at_start);
         break;
@@ -169,7 +175,7 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
       }
     }
   }
-  for (auto& w : sends) wait(w);
+  for (auto& w : sends.works) wait(w);
   st.wall_ms = ms_since(t_step);
   return st;
 }
@@ -177,15 +183,10 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
 Tensor PipelineExecutor::forward_only(const StageFunctions& fns, int mb) {
   const int p = schedule_.spec.stages, S = schedule_.num_model_stages();
   Tensor x;
-  std::vector<comm::WorkPtr> sends;
-  std::vector<Tensor> sent;
+  Outbox sends;
   for (int stage = 0; stage < S; ++stage) {
-    const int owner = stage % p;
+    if (stage % p != pp_rank_) continue;  // another rank's stage
     const int prev = (stage - 1 + p) % p;
-    if (owner != pp_rank_) {
-      // Hand over: the owner of the stage before sends to this stage's owner.
-      continue;
-    }
     Tensor input;
     if (stage == 0) {
       input = fns.tokens(mb);
@@ -198,15 +199,10 @@ Tensor PipelineExecutor::forward_only(const StageFunctions& fns, int mb) {
           ->wait();
     }
     x = fns.forward(mb, stage / p, input);
-    if (stage + 1 < S && (stage + 1) % p != pp_rank_) {
-      Tensor c = x.contiguous();
-      if (c.dtype() != DType::F32) c = c.to(DType::F32);
-      sends.push_back(pp_->send(c.data<float>(), static_cast<size_t>(c.numel()), DType::F32, (stage + 1) % p,
-                                message_tag(mb, stage + 1, S, false)));
-      sent.push_back(c);
-    }
+    if (stage + 1 < S && (stage + 1) % p != pp_rank_)
+      sends.post(*pp_, x, (stage + 1) % p, message_tag(mb, stage + 1, S, false));
   }
-  for (auto& w : sends) w->wait();
+  for (auto& w : sends.works) w->wait();
   return holds_model_stage(S - 1) ? x : Tensor();
 }
 

@@ -90,7 +90,6 @@ TiedHeadGroup::TiedHeadGroup(const DeviceMesh& mesh, bool holds_first, bool hold
       auto g = mesh.world()->new_group({first, last});
       if (g) group_ = g;
     }
-  if (holds_first && holds_last) group_ = nullptr;  // cannot happen with pp > 1
   duplicate_ = holds_last && !holds_first;
 }
 
