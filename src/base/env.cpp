@@ -23,6 +23,9 @@ const std::vector<VarInfo>& declared() {
        "port of the job's paratrain store on MASTER_ADDR, hosted by `paratrain launch` (set by it); every rank "
        "joins it as a client and none hosts one, leaving MASTER_PORT to the program (e.g. PyTorch's rank 0 "
        "TCPStore). Unset: the store is on MASTER_PORT"},
+      {"PARATRAIN_SPAWNED_BY", "",
+       "set by paratrain::spawn() in the ranks it starts: the spawning process's pid (such a rank runs the "
+       "spawned function and exits)"},
       {"PARATRAIN_PROFILE", "0", "1 = time every op forward and backward and print a table after training"},
       {"PARATRAIN_LOG", "info", "log level: debug|info|warn|error"},
       {"PARATRAIN_SIMULATE_SLOWDOWN", "",
