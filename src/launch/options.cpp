@@ -56,6 +56,10 @@ std::string launch_usage() {
       "  --log-dir DIR            also write each rank's output to DIR/rank_<rank>.log\n"
       "  --rdzv-timeout S         seconds for all nodes to meet (default 300)\n"
       "  --grace-period S         seconds between SIGTERM and SIGKILL when stopping ranks (default 5)\n"
+      "  --hang-timeout S         declare the job hung when no rank's collectives advance for S s\n"
+      "                           while some wait: print the flight-recorder report and stop it\n"
+      "                           (default 0 = off; kill -USR1 to the launcher prints the report\n"
+      "                           and lets the job go on)\n"
       "  -h, --help               this text\n"
       "Multi-node jobs need PARATRAIN_TOKEN set to the same secret on every node.\n"
       "Exit code: 0 if every rank succeeded, else the first failed rank's code (128+signal);\n"
@@ -90,7 +94,7 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
       if (name[c] == '_') name[c] = '-';  // torchrun spells them --nproc_per_node
     static const char* kFlags[] = {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr",
                                    "--master-port", "--max-restarts", "--log-dir", "--rdzv-timeout",
-                                   "--grace-period"};
+                                   "--grace-period", "--hang-timeout"};
     bool known = false;
     for (const char* f : kFlags) known = known || name == f;
     if (!known) PT_THROW(InputError, "launch: unknown option '", a, "' (see paratrain launch --help)");
@@ -125,6 +129,8 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
       if (o.rdzv_timeout_s <= 0) PT_THROW(InputError, "launch: --rdzv-timeout must be > 0");
     } else if (name == "--grace-period") {
       o.grace_period_s = parse_seconds(name, value);
+    } else if (name == "--hang-timeout") {
+      o.hang_timeout_s = parse_seconds(name, value);
     }
   }
   for (; i < args.size(); ++i) o.program.push_back(args[i]);

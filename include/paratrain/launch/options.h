@@ -29,6 +29,7 @@ struct LaunchOptions {
   std::string log_dir;            // "" = no per-rank log files
   double rdzv_timeout_s = kDefaultRdzvTimeoutS;  // deadline for all nodes to meet
   double grace_period_s = kDefaultGracePeriodS;  // SIGTERM -> SIGKILL delay when stopping
+  double hang_timeout_s = 0;      // no collective progress for this long = hung (0 = off)
   bool help = false;              // --help: print usage, run nothing
   std::vector<std::string> program;  // PROGRAM ARGS..., program[0] as given
 };
