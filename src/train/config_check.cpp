@@ -1,4 +1,5 @@
-// validate_config: every flag-level check of a TrainConfig, before anything is read or written.
+// validate_config: every flag-level check of a TrainConfig, before anything is read or written;
+// validate_builtin_model: those that concern the built-in models' names.
 #include "config_check.h"
 
 #include "paratrain/amp/mixed_precision.h"
@@ -17,6 +18,7 @@ void validate_config(const TrainConfig& c) {
   if (c.micro_batch < 0) PT_THROW(InputError, "--micro-batch must be positive, got ", c.micro_batch);
   if (c.steps < 0) PT_THROW(InputError, "--steps must not be negative, got ", c.steps);
   if (c.epochs < 0) PT_THROW(InputError, "--epochs must not be negative, got ", c.epochs);
+  if (c.stop_at_step < 0) PT_THROW(InputError, "stop_at_step must not be negative (0 = at the last step), got ", c.stop_at_step);
   if (c.optimizer != "adamw" && c.optimizer != "sgd")
     PT_THROW(InputError, "unknown --optimizer '", c.optimizer, "' (expected adamw or sgd)");
   optim::LRSchedule::parse(c.lr_schedule);
@@ -51,10 +53,6 @@ void validate_config(const TrainConfig& c) {
   if (c.checkpoint_dir.empty() && c.checkpoint_every > 0)
     PT_THROW(InputError, "--checkpoint-every needs --checkpoint-dir DIR");
   if (c.checkpoint_dir.empty() && c.resume) PT_THROW(InputError, "--resume needs --checkpoint-dir DIR");
-  if (!is_gpt_model(c.model) && c.model != "mlp" && c.model != "cnn")
-    PT_THROW(InputError, "unknown --model '", c.model, "' (expected gpt-nano, gpt-mini, gpt2-124m, gpt, mlp or cnn)");
-  if (c.zero == 3 && !is_gpt_model(c.model))
-    PT_THROW(InputError, "--zero 3 shards the GPT models block by block, not --model ", c.model, " (use --zero 1 or 2)");
   if (c.zero == 3 && c.compress == "powersgd")
     PT_THROW(InputError, "--compress powersgd cannot be combined with --zero 3 (PowerSGD compresses all-reduced "
              "matrices; with --zero 3, --compress bf16|fp16 gathers and reduce-scatters in 16 bits)");
@@ -64,6 +62,13 @@ void validate_config(const TrainConfig& c) {
   if (c.zero3_prefetch < 0) PT_THROW(InputError, "--zero3-prefetch must not be negative, got ", c.zero3_prefetch);
   if (c.recompute != "none" && c.recompute != "full" && c.recompute != "selective")
     PT_THROW(InputError, "unknown --recompute '", c.recompute, "' (expected none, full or selective)");
+}
+
+void validate_builtin_model(const TrainConfig& c) {
+  if (!is_gpt_model(c.model) && c.model != "mlp" && c.model != "cnn")
+    PT_THROW(InputError, "unknown --model '", c.model, "' (expected gpt-nano, gpt-mini, gpt2-124m, gpt, mlp or cnn)");
+  if (c.zero == 3 && !is_gpt_model(c.model))
+    PT_THROW(InputError, "--zero 3 shards the GPT models block by block, not --model ", c.model, " (use --zero 1 or 2)");
   if (c.recompute != "none" && !is_gpt_model(c.model))
     PT_THROW(InputError, "--recompute ", c.recompute, " recomputes the GPT models' blocks, not --model ", c.model);
 }

@@ -7,6 +7,8 @@
 namespace paratrain::train {
 
 void validate_config(const TrainConfig& c);
+// The built-in tasks' checks: a known cfg.model, and what only a GPT model supports.
+void validate_builtin_model(const TrainConfig& c);
 
 // Model chunks per pipeline rank: --pp-virtual, or 2 for the interleaved schedule, else 1.
 int pipeline_virtual_chunks(const TrainConfig& c);

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "paratrain/autograd/engine.h"
+#include "task_checks.h"
 #include "paratrain/tensor/allocator.h"
 
 namespace paratrain::train {
@@ -39,6 +40,7 @@ StepOutcome DataParallelStep::run(int64_t step, const Tensor& seed) {
       autograd::AutocastGuard autocast(compute_dtype_, half_copies_);
       loss = task_.loss(batch.inputs, batch.targets);
     }
+    check_loss(loss, task_);  // a scalar with a gradient, else InputError naming the task
     // What the forward left allocated: the activations saved for backward (on the very first
     // step also the parameters' half copies, made then and kept).
     out.activation_bytes = std::max(out.activation_bytes, alloc.stats().bytes_in_use - in_use_before_forward);

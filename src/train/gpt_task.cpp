@@ -39,7 +39,7 @@ class GptTask final : public Task {
     }
     model_ = std::make_unique<nn::GPT>(g, c.seed);
     cfg_ = g;
-    micro_batch_ = micro_batch;
+    name_ = c.model;
   }
   nn::Module& module() override { return *model_; }
   nn::GPT* gpt() override { return model_.get(); }
@@ -48,7 +48,9 @@ class GptTask final : public Task {
     train_->fill_range(r.step, r.micro_step, r.first, r.count, x, y);
   }
   Tensor loss(const Tensor& x, const Tensor& y) override { return model_->loss(x, y); }
-  int64_t items_per_micro_batch() const override { return micro_batch_ * cfg_.block_size; }
+  std::string name() const override { return name_; }
+  int64_t items_per_example() const override { return cfg_.block_size; }
+  const char* example_noun() const override { return "sequences"; }
   bool counts_tokens() const override { return true; }
   double flops_per_item() const override { return cfg_.flops_per_token(); }
   bool has_eval() const override { return val_ != nullptr; }
@@ -92,7 +94,7 @@ class GptTask final : public Task {
       PT_THROW(InputError, path, ": token id ", f.max_token(), " does not fit --vocab-size ", vocab);
   }
   nn::GPTConfig cfg_;
-  int64_t micro_batch_ = 0;
+  std::string name_;
   std::unique_ptr<data::TokenLoader> train_;
   std::unique_ptr<data::TokenEvalLoader> val_;
   std::unique_ptr<nn::GPT> model_;

@@ -13,7 +13,7 @@ namespace {
 
 class ImageTask final : public Task {
  public:
-  ImageTask(const TrainConfig& c, int64_t micro_batch, int dp) : micro_batch_(micro_batch) {
+  ImageTask(const TrainConfig& c, int64_t micro_batch, int dp) : name_(c.model) {
     if (c.dataset != "fashion-mnist")
       PT_THROW(InputError, "--model ", c.model, " needs --dataset fashion-mnist",
                c.dataset.empty() ? "" : (" (got '" + c.dataset + "')"));
@@ -34,7 +34,8 @@ class ImageTask final : public Task {
     train_->fill_range(r.step, r.micro_step, r.first, r.count, x, y);
   }
   Tensor loss(const Tensor& x, const Tensor& y) override { return model_->loss(x, y); }
-  int64_t items_per_micro_batch() const override { return micro_batch_; }
+  std::string name() const override { return name_; }
+  const char* example_noun() const override { return "images"; }
   bool counts_tokens() const override { return false; }
   double flops_per_item() const override {
     // forward MACs x 2 x 3 (forward + backward)
@@ -65,7 +66,7 @@ class ImageTask final : public Task {
   checkpoint::Metadata metadata() const override { return {{"format", cnn_ ? "paratrain-cnn" : "paratrain-mlp"}}; }
 
  private:
-  int64_t micro_batch_;
+  std::string name_;
   bool cnn_ = false;
   std::unique_ptr<data::ImageLoader> train_;
   std::unique_ptr<data::ImageEvalLoader> test_;

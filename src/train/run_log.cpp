@@ -11,13 +11,13 @@ namespace paratrain::train {
 
 using namespace parallel;
 
-void log_run_header(std::ostream& log, const TrainConfig& cfg, ParallelModel& pm, const DeviceMesh& mesh,
-                    int64_t steps, int64_t micro_batch) {
+void log_run_header(std::ostream& log, const TrainConfig& cfg, const Task& task, ParallelModel& pm,
+                    const DeviceMesh& mesh, int64_t steps, int64_t micro_batch) {
   const MeshShape& shape = mesh.shape();
   const int dp = shape.dp;
-  log << "paratrain train: " << cfg.model << ", " << pm.module().num_parameters() << " parameters"
+  log << "paratrain train: " << task.name() << ", " << pm.module().num_parameters() << " parameters"
       << (pm.plan().size() > 1 || pm.pipelined() ? " on this rank" : "") << ", " << steps << " steps, global batch " << micro_batch << " x "
-      << cfg.grad_accum << " x " << dp << " = " << micro_batch * cfg.grad_accum * dp << (is_gpt_model(cfg.model) ? " sequences" : " images")
+      << cfg.grad_accum << " x " << dp << " = " << micro_batch * cfg.grad_accum * dp << " " << task.example_noun()
       << ", " << kernels::cpu::num_threads() << " threads" << (shape.world() > 1 ? " per rank" : "");
   if (const auto& pg = mesh.world())
     log << ", " << shape.world() << " ranks (" << pg->backend_name() << (cfg.deterministic ? ", deterministic" : "") << ")"

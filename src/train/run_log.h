@@ -10,7 +10,7 @@
 
 namespace paratrain::train {
 
-void log_run_header(std::ostream& log, const TrainConfig& cfg, ParallelModel& pm, const parallel::DeviceMesh& mesh,
-                    int64_t steps, int64_t micro_batch);
+void log_run_header(std::ostream& log, const TrainConfig& cfg, const Task& task, ParallelModel& pm,
+                    const parallel::DeviceMesh& mesh, int64_t steps, int64_t micro_batch);
 
 }  // namespace paratrain::train

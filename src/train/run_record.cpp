@@ -7,8 +7,9 @@
 namespace paratrain::train {
 
 // What a checkpoint records about the run: the data layout, and every setting that changes
-// the arithmetic (a resume under different values would not continue the same run).
-nlohmann::json run_config(const TrainConfig& c, int64_t micro_batch, const parallel::MeshShape& mesh, int64_t steps, double lr) {
+// the arithmetic (`model`: the task's name) (a resume under different values would not continue the same run).
+nlohmann::json run_config(const TrainConfig& c, const std::string& model, int64_t micro_batch,
+                          const parallel::MeshShape& mesh, int64_t steps, double lr) {
   return {{"layout",
            {{"micro_batch", micro_batch},
             {"grad_accum", c.grad_accum},
@@ -18,7 +19,7 @@ nlohmann::json run_config(const TrainConfig& c, int64_t micro_batch, const paral
             {"seed", c.seed},
             {"zero", c.zero}}},
           {"math",
-           {{"model", c.model},         {"n_layer", c.n_layer},           {"n_head", c.n_head},
+           {{"model", model},         {"n_layer", c.n_layer},           {"n_head", c.n_head},
             {"n_embd", c.n_embd},       {"block_size", c.block_size},     {"vocab_size", c.vocab_size},
             {"dropout", c.dropout},     {"steps", steps},                 {"optimizer", c.optimizer},
             {"lr", lr},                 {"beta1", c.beta1},               {"beta2", c.beta2},

@@ -15,8 +15,9 @@
 
 namespace paratrain::train {
 
-nlohmann::json run_config(const TrainConfig& c, int64_t micro_batch, const parallel::MeshShape& mesh, int64_t steps,
-                          double lr);
+// `model`: the task's name (Task::name(); the built-in tasks': cfg.model).
+nlohmann::json run_config(const TrainConfig& c, const std::string& model, int64_t micro_batch,
+                          const parallel::MeshShape& mesh, int64_t steps, double lr);
 void check_resume_config(const std::string& ckpt, const nlohmann::json& saved, const nlohmann::json& now);
 std::string ignored_checkpoints_warning(const checkpoint::ResumePoint& p);
 void check_ranks_start_at_the_same_step(comm::ProcessGroup& pg, int64_t start_step, const std::string& dir);

@@ -70,7 +70,7 @@ nlohmann::json metrics_line(const StepReport& r, const TrainConfig& cfg, Paralle
                       {"compute_ms", r.step_s * 1e3 - exposed_ms},
                       {"comm_ms", comm_ms},
                       {"exposed_comm_ms", exposed_ms},
-                      {"mfu", run.peak_flops > 0 ? task.flops_per_item() * run.items_per_step / r.step_s /
+                      {"mfu", run.peak_flops > 0 ? run.flops_per_item * run.items_per_step / r.step_s /
                                                    (run.peak_flops * world)
                                              : 0.0},
                       {"peak_flops", run.peak_flops * world},
@@ -113,7 +113,7 @@ nlohmann::json metrics_line(const StepReport& r, const TrainConfig& cfg, Paralle
   m["bucket_mb"] = cfg.bucket_mb;
   if (const nn::GPT* g = task.gpt()) {
     const nn::GPTConfig& gc = g->config();
-    m["model"] = {{"name", cfg.model},           {"n_layer", gc.n_layer},       {"n_head", gc.n_head},
+    m["model"] = {{"name", task.name()},           {"n_layer", gc.n_layer},       {"n_head", gc.n_head},
                   {"n_embd", gc.n_embd},         {"block_size", gc.block_size}, {"vocab_size", gc.vocab_size},
                   {"dropout", gc.dropout}};
   }

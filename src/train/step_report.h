@@ -42,6 +42,7 @@ struct RunFigures {
   std::vector<int64_t> mem_optimizer_per_rank, mem_grad_per_rank, mem_param_per_rank;
   double peak_flops = 0;  // per rank
   int64_t items_per_step = 0, micro_batch = 0;
+  double flops_per_item = 0;  // Task::flops_per_item, or 6 x parameters when the task gives none
   DType compute_dtype = DType::F32;
 };
 

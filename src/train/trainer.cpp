@@ -22,6 +22,7 @@
 #include "run_log.h"
 #include "step_report.h"
 #include "run_record.h"
+#include "task_checks.h"
 #include "test_hooks.h"
 #include "paratrain/amp/mixed_precision.h"
 #include "paratrain/autograd/autocast.h"
@@ -73,8 +74,6 @@ std::vector<Tensor> grads_of(const optim::NamedParams& params) {
 
 // The pipeline's combinations, checked before anything is read.
 void check_pipeline_config(const TrainConfig& c, int64_t pp) {
-  if (!is_gpt_model(c.model))
-    PT_THROW(InputError, "--pp ", pp, ": pipeline parallelism cuts the GPT models' blocks, not --model ", c.model);
   // The schedule itself: InputError for --pp-virtual without interleaved, interleaved with
   // micro-batches not a multiple of the stages.
   pipeline::build_schedule({pipeline::parse_schedule(c.pp_schedule), static_cast<int>(pp), static_cast<int>(c.grad_accum),
@@ -105,39 +104,50 @@ std::map<std::string, Tensor> state_of(const std::map<std::string, Tensor>& stat
   return out;
 }
 
-}  // namespace
+// The layout's combinations (the mesh against the other options), checked before anything is read.
+void check_layout(const TrainConfig& cfg, const MeshShape& shape) {
+  if (shape.pp > 1) check_pipeline_config(cfg, shape.pp);
+  if (cfg.sequence_parallel && shape.tp == 1) PT_THROW(InputError, "--sequence-parallel needs --tp 2 or more");
+  if (shape.tp > 1 && cfg.balance == "auto")
+    PT_THROW(InputError, "--balance auto cannot be combined with --tp ", shape.tp,
+             " (the ranks of a tensor-parallel group share every micro-batch)");
+}
 
-TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
-  validate_config(cfg);
+void set_threads(const TrainConfig& cfg, const comm::JobEnv& job) {
+  kernels::cpu::set_num_threads(cfg.threads > 0 ? cfg.threads : default_threads(job));
+}
+
+// The loop, for a built-in task or a program's own (`builtin` false: its checks in the
+// library's terms, and the ranks' tasks compared).
+TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_batch, bool builtin,
+                         std::ostream& log_out, const StepCallback& on_step) {
+  Task* const task = &task_ref;
   const comm::JobEnv job = comm::read_job_env();
   const int world = job.world_size;
   const int rank = job.rank;
   // ---- the device mesh: dp x tp x pp = world, checked before anything else ----
   const MeshShape shape = resolve_mesh_shape(cfg.dp, cfg.tp, cfg.pp, world);
-  if (shape.pp > 1) check_pipeline_config(cfg, shape.pp);
-  if (shape.tp > 1 && !is_gpt_model(cfg.model))
-    PT_THROW(InputError, "--tp ", shape.tp, ": tensor parallelism is built for the GPT models, not --model ", cfg.model);
-  if (cfg.sequence_parallel && shape.tp == 1) PT_THROW(InputError, "--sequence-parallel needs --tp 2 or more");
-  if (shape.tp > 1 && cfg.balance == "auto")
-    PT_THROW(InputError, "--balance auto cannot be combined with --tp ", shape.tp,
-             " (the ranks of a tensor-parallel group share every micro-batch)");
+  if (!builtin) check_task_supports(cfg, shape, *task);
+  check_layout(cfg, shape);
   const int dp = shape.dp;
   const int dp_rank = mesh_coord(rank, shape).dp;
-  kernels::cpu::set_num_threads(cfg.threads > 0 ? cfg.threads : default_threads(job));
-  const bool gpt = is_gpt_model(cfg.model);
-  const int64_t micro_batch = cfg.micro_batch > 0 ? cfg.micro_batch : (gpt ? 8 : 64);
+  set_threads(cfg, job);
   NullBuffer null_buf;
   std::ostream null_log(&null_buf);
   std::ostream& log = rank == 0 ? log_out : null_log;
 
   // ---- everything that can be wrong with the input is checked before any file is written ----
-  std::unique_ptr<Task> task = make_builtin_task(cfg, micro_batch, dp, shape.tp);
+  task->setup(TaskLayout{micro_batch, cfg.grad_accum, dp, dp_rank, cfg.seed});
+  if (!builtin) check_trainable(*task);
   nn::Module& model = task->module();
+  if (cfg.steps == 0 && task->steps_per_epoch() <= 0)
+    PT_THROW(InputError, "TrainConfig::steps is 0 and task '", task->name(),
+             "' does not know how many steps make an epoch (Task::steps_per_epoch() is 0); set steps");
   const int64_t steps = cfg.steps > 0 ? cfg.steps
                                       : std::max<int64_t>(1, static_cast<int64_t>(std::llround(
                                                                  (cfg.epochs > 0 ? cfg.epochs : 1.0) *
                                                                  static_cast<double>(task->steps_per_epoch()))));
-  const double lr = cfg.lr >= 0 ? cfg.lr : (cfg.optimizer == "sgd" ? 0.05 : (gpt ? 6e-4 : 1e-3));
+  const double lr = cfg.lr >= 0 ? cfg.lr : (cfg.optimizer == "sgd" ? 0.05 : (task->gpt() ? 6e-4 : 1e-3));
   optim::LRSchedule sched;
   sched.kind = optim::LRSchedule::parse(cfg.lr_schedule);
   sched.lr = lr;
@@ -146,7 +156,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   sched.total = steps;
 
   // ---- resume: the whole checkpoint is verified and read before anything is applied ----
-  const nlohmann::json this_run = run_config(cfg, micro_batch, shape, steps, lr);
+  const nlohmann::json this_run = run_config(cfg, task->name(), micro_batch, shape, steps, lr);
   // A group restarted by `paratrain launch --max-restarts` (TORCHELASTIC_RESTART_COUNT > 0)
   // resumes from its checkpoints without being told (issue: launcher restarts).
   const int64_t restart_count = env::raw_int("TORCHELASTIC_RESTART_COUNT").value_or(0);
@@ -159,6 +169,9 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   else if (!cfg.init_from.empty())
     model.load_state_dict(checkpoint::load_safetensors(cfg.init_from), true, "transformer.");
   const int64_t start_step = resumed ? resumed->step : 0;
+  // Where this call stops: the last step, or stop_at_step (a run in sessions).
+  const int64_t end_step =
+      std::max(start_step, cfg.stop_at_step > 0 ? std::min<int64_t>(cfg.stop_at_step, steps) : steps);
 
   // ---- the mesh's groups; tensor parallelism cuts the (whole, initialised or loaded) model,
   // then DDP runs over the data-parallel group ----
@@ -169,10 +182,17 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     po.deterministic = cfg.deterministic;
     pg = comm::create_process_group_from_env(po);
     if (looked_for_checkpoint) check_ranks_start_at_the_same_step(*pg, start_step, cfg.checkpoint_dir);
+    if (!builtin) check_tasks_agree(*pg, *task);
   }
   const DeviceMesh mesh(pg, shape);
+  // Training FLOPs per item, from the whole model (before tensor or pipeline parallelism cut it).
+  const double flops_per_item = task->flops_per_item() > 0
+                                    ? task->flops_per_item()
+                                    : 6.0 * static_cast<double>(model.num_parameters()) /
+                                          static_cast<double>(std::max<int64_t>(1, task->items_per_example()));
   // Tensor parallelism cuts the model, pipeline parallelism keeps this rank's stages, then
-  // DDP / ZeRO wrap it over the data-parallel group.
+  // DDP / ZeRO wrap it over the data-parallel group (which checks that every rank holds the
+  // same parameters: InputError on every rank otherwise).
   ParallelModel pm(cfg, *task, mesh, lr, micro_batch);
   const TensorParallelPlan& plan = pm.plan();
   FullyShardedDataParallel* const fsdp = pm.fsdp();
@@ -216,8 +236,8 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   monitor::MetricsWriter metrics(rank == 0 ? cfg.metrics : std::string());
 
   // Items (tokens or images) of one optimizer step over all ranks.
-  const int64_t items_per_step = task->items_per_micro_batch() * cfg.grad_accum * dp;
-  log_run_header(log, cfg, pm, mesh, steps, micro_batch);
+  const int64_t items_per_step = task->items_per_example() * micro_batch * cfg.grad_accum * dp;
+  log_run_header(log, cfg, *task, pm, mesh, steps, micro_batch);
   // What every metrics line carries; the memory per rank is gathered after the first step
   // (constant from then on). Every rank measures its hardware peak when rank 0 does, so their
   // timings stay comparable.
@@ -225,11 +245,13 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
   run.peak_flops = !cfg.metrics.empty() ? monitor::hardware_peak_flops() : 0.0;
   run.items_per_step = items_per_step;
   run.micro_batch = micro_batch;
+  run.flops_per_item = flops_per_item;
   run.compute_dtype = compute_dtype;
   Allocator& alloc = allocator_for(Device::CPU);
   alloc.reset_peak();
   TrainResult result;
   result.steps = steps;
+  result.start_step = start_step;
   const auto t_start = Clock::now();
   double timed_seconds = 0;
   int64_t timed_items = 0;
@@ -249,7 +271,7 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     return data::BatchRequest{s, k, balancer.first(dp_rank, s), balancer.count(dp_rank, s)};
   };
   auto announce = [&](int64_t s) {
-    if (s < steps)
+    if (s < end_step)
       for (int64_t k = 0; k < cfg.grad_accum; ++k) prefetcher.enqueue(request(s, k));
   };
   announce(start_step);
@@ -277,20 +299,20 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       Task::LossFn loss;
       if (schedule->pipelined())
         loss = [&](const Tensor& x, const Tensor& y) { return schedule->evaluation_loss(x, y); };
-      task->evaluate(cfg.eval_batches, gpt ? mesh.dp().get() : pg.get(), e, loss);
+      task->evaluate(cfg.eval_batches, mesh.dp().get(), e, loss);
     }
-    if (rank != 0) return;
     if (e.contains("val_loss")) result.val_loss = e["val_loss"];
     if (e.contains("accuracy")) result.accuracy = e["accuracy"];
+    if (rank != 0) return;
     metrics.write(e);
     progress.finish();
-    log << "eval step " << step << ": "
-        << (e.contains("val_loss") ? "val_loss " + std::to_string(result.val_loss)
-                                   : "accuracy " + std::to_string(result.accuracy))
-        << "\n";
+    log << "eval step " << step << ":";
+    if (e.contains("val_loss")) log << " val_loss " << std::to_string(result.val_loss);
+    if (e.contains("accuracy")) log << " accuracy " << std::to_string(result.accuracy);
+    log << "\n";
   };
 
-  for (int64_t step = start_step; step < steps; ++step) {
+  for (int64_t step = start_step; step < end_step; ++step) {
     const auto t0 = Clock::now();
     const long faults_before = monitor::minor_page_faults();
     const double step_lr = sched.at(step);
@@ -361,12 +383,14 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     const double rate = timed_seconds > 0 ? static_cast<double>(timed_items) / timed_seconds
                                           : static_cast<double>(items_per_step) / step_s;
     result.last_loss = loss;
+    result.losses.push_back(loss);
+    if (on_step) on_step(StepInfo{step + 1, steps, loss, step_lr, norm, skipped});
     if (metrics.enabled()) {
       const std::vector<int64_t> sizes = balancer.sizes_at(step);
       metrics.write(metrics_line(report, cfg, pm, mesh, *task, mp, run, balancer.enabled() ? &sizes : nullptr));
     }
     if (!cfg.quiet) {
-      const double eta = (steps - step - 1) * (timed_seconds > 0 ? timed_seconds / std::max<int64_t>(step - start_step, 1) : step_s);
+      const double eta = (end_step - step - 1) * (timed_seconds > 0 ? timed_seconds / std::max<int64_t>(step - start_step, 1) : step_s);
       std::ostringstream line;
       line << "step " << step + 1 << "/" << steps << " | loss " << std::fixed << std::setprecision(4) << loss
            << " | lr " << std::scientific << std::setprecision(2) << step_lr << std::fixed << " | "
@@ -379,17 +403,17 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
       progress.update(step, line.str());
     }
     if (!cfg.checkpoint_dir.empty() &&
-        ((cfg.checkpoint_every > 0 && (step + 1) % cfg.checkpoint_every == 0) || step + 1 == steps))
+        ((cfg.checkpoint_every > 0 && (step + 1) % cfg.checkpoint_every == 0) || step + 1 == end_step))
       saver.save(step + 1);
-    if (cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0 && step + 1 < steps) run_eval(step + 1);
+    if (cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0 && step + 1 < end_step) run_eval(step + 1);
   }
-  if (!cfg.checkpoint_dir.empty() && start_step == steps) saver.save(steps);  // resumed at the end
+  if (!cfg.checkpoint_dir.empty() && start_step == end_step) saver.save(end_step);  // resumed at the end
   progress.finish();
-  run_eval(steps);
+  run_eval(end_step);
   const double rate = timed_seconds > 0 ? static_cast<double>(timed_items) / timed_seconds : 0.0;
   (task->counts_tokens() ? result.tokens_per_s : result.samples_per_s) = rate;
   result.peak_bytes = alloc.stats().peak_bytes_in_use;
-  log << "done: " << steps - start_step << " steps in " << monitor::format_duration(seconds_since(t_start)) << ", "
+  log << "done: " << end_step - start_step << " steps in " << monitor::format_duration(seconds_since(t_start)) << ", "
       << std::setprecision(0) << std::fixed << rate << (task->counts_tokens() ? " tokens/s" : " samples/s")
       << ", peak memory " << std::setprecision(1) << static_cast<double>(result.peak_bytes) / (1 << 20) << " MiB"
       << (world > 1 ? " (rank 0)" : "") << "\n";
@@ -405,6 +429,31 @@ TrainResult train(const TrainConfig& cfg, std::ostream& log_out) {
     log << "saved " << cfg.save_final << "\n";
   }
   return result;
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& cfg, std::ostream& log) {
+  validate_config(cfg);
+  validate_builtin_model(cfg);
+  const comm::JobEnv job = comm::read_job_env();
+  // ---- the device mesh and the layout, checked before any file is read ----
+  const MeshShape shape = resolve_mesh_shape(cfg.dp, cfg.tp, cfg.pp, job.world_size);
+  if (shape.pp > 1 && !is_gpt_model(cfg.model))
+    PT_THROW(InputError, "--pp ", shape.pp, ": pipeline parallelism cuts the GPT models' blocks, not --model ", cfg.model);
+  if (shape.tp > 1 && !is_gpt_model(cfg.model))
+    PT_THROW(InputError, "--tp ", shape.tp, ": tensor parallelism is built for the GPT models, not --model ", cfg.model);
+  check_layout(cfg, shape);
+  set_threads(cfg, job);
+  const int64_t micro_batch = cfg.micro_batch > 0 ? cfg.micro_batch : (is_gpt_model(cfg.model) ? 8 : 64);
+  std::unique_ptr<Task> task = make_builtin_task(cfg, micro_batch, shape.dp, shape.tp);
+  return run_training(cfg, *task, micro_batch, true, log, {});
+}
+
+TrainResult train(const TrainConfig& cfg, Task& task, std::ostream& log, const StepCallback& on_step) {
+  validate_config(cfg);
+  refuse_builtin_fields(cfg);
+  return run_training(cfg, task, cfg.micro_batch > 0 ? cfg.micro_batch : 32, false, log, on_step);
 }
 
 }  // namespace paratrain::train

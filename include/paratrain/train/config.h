@@ -1,5 +1,6 @@
 // Everything `paratrain train` can be told, as one struct (the CLI fills it; a program using
-// the library can fill it directly and call train()). Plain value; no thread-safety concerns.
+// the library fills it directly and calls train(), train/trainer.h, which also says which
+// fields apply to a program's own Task). Plain value; no thread-safety concerns.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,9 @@ struct TrainConfig {
   int64_t grad_accum = 1;
   int64_t steps = 0;   // optimizer steps; 0 = from --epochs
   double epochs = 0;   // used when steps == 0 (1 when both are 0)
+  // End this call after step N (0 = at the last step): a run in sessions. The learning-rate
+  // schedule and the data order still span `steps`; a later call with resume continues.
+  int64_t stop_at_step = 0;
   // ---- optimizer and schedule ----
   std::string optimizer = "adamw";  // adamw | sgd
   double lr = -1;                   // < 0: 6e-4 for GPT, 1e-3 for images (AdamW), 0.05 (SGD)
