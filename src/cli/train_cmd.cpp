@@ -1,14 +1,13 @@
 #include "train_cmd.h"
 
-#include <cmath>
 #include <iostream>
+#include <memory>
 
 #include "cli_util.h"
-#include "paratrain/autograd/engine.h"
-#include "paratrain/checkpoint/safetensors.h"
+#include "paratrain/checkpoint/gpt_file.h"
 #include "paratrain/data/tokenizer.h"
 #include "paratrain/kernels/cpu.h"
-#include "paratrain/nn/gpt.h"
+#include "paratrain/nn/generate.h"
 #include "paratrain/train/trainer.h"
 
 namespace paratrain::cli {
@@ -101,18 +100,6 @@ int run_train(int argc, char** argv) {
   return 0;
 }
 
-namespace {
-int64_t meta_int(const checkpoint::Metadata& m, const std::string& key, int64_t fallback) {
-  auto it = m.find(key);
-  if (it == m.end()) return fallback;
-  try {
-    return std::stoll(it->second);
-  } catch (const std::exception&) {
-    PT_THROW(InputError, "model metadata '", key, "' is not an integer: '", it->second, "'");
-  }
-}
-}  // namespace
-
 int run_sample(int argc, char** argv) {
   std::string model_path, tokenizer_path, prompt;
   int64_t max_tokens = 100, top_k = 40, n_head = 0;
@@ -133,63 +120,27 @@ int run_sample(int argc, char** argv) {
   if (!parse_or_throw(app, argc, argv)) return 0;
   if (max_tokens < 0) PT_THROW(InputError, "--max-tokens must not be negative");
   if (temperature < 0) PT_THROW(InputError, "--temperature must not be negative");
+  if (top_k < 0) PT_THROW(InputError, "--top-k must not be negative");
+  if (n_head < 0) PT_THROW(InputError, "--n-head must not be negative");
   if (threads > 0) kernels::cpu::set_num_threads(threads);
 
   data::Tokenizer tok(tokenizer_path);
-  auto file = checkpoint::read_safetensors(model_path);
-  auto wte = file.tensors.find("wte.weight");
-  if (wte == file.tensors.end()) wte = file.tensors.find("transformer.wte.weight");
-  auto wpe = file.tensors.find("wpe.weight");
-  if (wpe == file.tensors.end()) wpe = file.tensors.find("transformer.wpe.weight");
-  if (wte == file.tensors.end() || wpe == file.tensors.end())
-    PT_THROW(InputError, model_path, ": not a GPT model (no wte.weight / wpe.weight)");
-  nn::GPTConfig g;
-  g.vocab_size = wte->second.size(0);
-  g.n_embd = wte->second.size(1);
-  g.block_size = wpe->second.size(0);
-  g.n_layer = 0;
-  for (const auto& [name, t] : file.tensors)
-    if (name.ends_with(".ln_1.weight")) g.n_layer++;
-  g.n_head = n_head > 0 ? n_head : meta_int(file.metadata, "n_head", std::max<int64_t>(1, g.n_embd / 64));
-  nn::GPT model(g, 0);
-  model.load_state_dict(file.tensors, true, "transformer.");
-  model.eval();
-  if (tok.vocab_size() > g.vocab_size)
-    PT_THROW(InputError, "tokenizer has ", tok.vocab_size(), " tokens but the model only ", g.vocab_size);
+  checkpoint::GPTFileOptions fo;
+  fo.n_head = n_head;
+  std::unique_ptr<nn::GPT> model = checkpoint::load_gpt(model_path, fo);
+  if (tok.vocab_size() > model->config().vocab_size)
+    PT_THROW(InputError, "tokenizer has ", tok.vocab_size(), " tokens but the model only ", model->config().vocab_size);
 
   std::vector<int32_t> ids = {static_cast<int32_t>(tok.bos_id())};
   for (int32_t id : tok.encode(prompt)) ids.push_back(id);
-  Generator gen(seed);
-  autograd::NoGradGuard ng;
-  for (int64_t i = 0; i < max_tokens; ++i) {
-    const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), g.block_size);
-    std::vector<int32_t> window(ids.end() - T, ids.end());
-    Tensor x = Tensor::from_vector_i32(window, {1, T});
-    Tensor logits = model.forward(x);
-    const float* last = logits.data<float>() + (T - 1) * g.vocab_size;
-    std::vector<std::pair<float, int32_t>> cand;
-    for (int32_t v = 0; v < tok.vocab_size(); ++v) cand.push_back({last[v], v});
-    int32_t next;
-    if (temperature == 0) {
-      next = std::max_element(cand.begin(), cand.end())->second;
-    } else {
-      if (top_k > 0 && top_k < static_cast<int64_t>(cand.size())) {
-        std::partial_sort(cand.begin(), cand.begin() + top_k, cand.end(), std::greater<>());
-        cand.resize(top_k);
-      }
-      float mx = -INFINITY;
-      for (auto& c : cand) mx = std::max(mx, c.first);
-      double total = 0;
-      std::vector<double> p;
-      for (auto& c : cand) p.push_back(std::exp((c.first - mx) / temperature)), total += p.back();
-      double r = gen.uniform_f64() * total;
-      size_t j = 0;
-      while (j + 1 < p.size() && r >= p[j]) r -= p[j++];
-      next = cand[j].second;
-    }
-    if (next == tok.eos_id()) break;
-    ids.push_back(next);
-  }
+  nn::GenerateOptions go;
+  go.temperature = temperature;
+  go.top_k = top_k;
+  go.max_new_tokens = max_tokens;
+  go.stop_token = tok.eos_id();
+  go.vocab_limit = tok.vocab_size();
+  go.seed = seed;
+  ids = nn::generate(*model, ids, go);
   std::vector<int32_t> out(ids.begin() + 1, ids.end());
   std::cout << tok.decode(out) << "\n";
   return 0;
