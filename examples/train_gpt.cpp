@@ -3,13 +3,17 @@
 //   example_train_gpt TRAIN.bin [STEPS]
 //
 // Builds gpt-nano, reads windows of the token file in the DESIGN.md data order, and runs
-// AdamW steps, printing the loss. Copy it as the start of your own program.
+// AdamW steps, printing the loss; then continues the first tokens of the file with the
+// trained model (greedy, nn::generate) and prints the token ids. Copy it as the start of
+// your own program.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <vector>
 
 #include <paratrain/autograd/engine.h>
 #include <paratrain/data/token_loader.h>
+#include <paratrain/nn/generate.h>
 #include <paratrain/nn/gpt.h>
 #include <paratrain/optim/optimizer.h>
 
@@ -39,6 +43,20 @@ int main(int argc, char** argv) {
       opt.step();
       std::printf("step %d loss %.4f\n", step, loss.item());
     }
+
+    // [guide:generate]
+    // Continue the first 8 tokens of the data: greedy (temperature 0), 16 new tokens.
+    loader.fill(0, 0, 0, inputs, targets);
+    std::vector<int32_t> prompt;
+    for (int64_t t : inputs.narrow(0, 0, 1).narrow(1, 0, 8).to_vector_i64()) prompt.push_back(static_cast<int32_t>(t));
+    nn::GenerateOptions gen;
+    gen.temperature = 0;  // > 0 draws from softmax(logits / temperature), seeded by gen.seed
+    gen.max_new_tokens = 16;
+    std::vector<int32_t> ids = nn::generate(model, prompt, gen);
+    std::printf("generated:");
+    for (size_t i = prompt.size(); i < ids.size(); ++i) std::printf(" %d", ids[i]);
+    std::printf("\n");
+    // [/guide:generate]
   } catch (const InputError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

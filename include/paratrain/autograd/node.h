@@ -4,6 +4,13 @@
 // one Node: its backward function and one Edge per input. An Edge points either at the Node
 // that produced the input (interior tensor) or at the input's AutogradMeta (a leaf, whose
 // .grad accumulates). The graph is freed as soon as the last Tensor referring to it dies.
+//
+// Lifetimes: a Node is owned by shared_ptrs -- the grad_fn of the tensors it produced and the
+// edges of the nodes recorded after it -- and keeps alive what its backward needs (saved
+// tensors). backward() releases the graph it ran over unless retain_graph (engine.h); a graph
+// nobody refers to is freed with its saved tensors.
+// Thread-safety: none inside. A graph is recorded and run on one thread (grad mode is per
+// thread); two threads may record and run disjoint graphs at the same time, not one graph.
 #pragma once
 
 #include <functional>

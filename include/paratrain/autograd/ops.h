@@ -9,6 +9,13 @@
 // A dtype the op has no kernel for is a NoKernelError naming it. Outputs are fresh contiguous
 // tensors unless the op is a view (reshape). Shapes are checked: a mismatch throws
 // InputError naming the op and both shapes.
+//
+// The functions keep no state of their own (kernels use per-thread scratch). Their results
+// own fresh storage, except views, which share their input's storage and keep it alive;
+// recorded Nodes keep the tensors their backward needs alive until the graph is released.
+// Thread-safety: ops may run on several threads at once on distinct tensors (grad mode and
+// autocast are per thread, like their guards); a tensor being written (the in-place ops, a
+// backward accumulating into .grad) must not be used by another thread meanwhile.
 #pragma once
 
 #include <cstdint>

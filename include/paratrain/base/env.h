@@ -3,6 +3,12 @@
 // Each variable is declared once (name, default, meaning) in src/base/env.cpp's table, so
 // `paratrain doctor` can list them all with their current values. Reading an undeclared
 // PARATRAIN_ name is an InternalError; a malformed value is an InputError naming the variable.
+//
+// Values are read from the process environment at each call (nothing is cached), so a
+// variable set before a call is seen by it. declared() returns a table that lives as long as
+// the program.
+// Thread-safety: all functions may be called from any thread, as long as nothing changes the
+// environment (setenv/putenv) at the same time (getenv's own rule).
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,10 @@
 // message a user can act on. InputError is bad input or usage (the CLI exits 2 for it);
 // every other Error exits 1. PT_CHECK guards invariants of our own code and throws
 // InternalError. The library never calls exit().
+//
+// Error types carry only their message (a std::string copy), so an exception may be kept,
+// copied, or rethrown on another thread (std::exception_ptr) after what threw it is gone.
+// Thread-safety: the types and macros have no shared state; any thread may throw and catch.
 #pragma once
 
 #include <sstream>

@@ -17,6 +17,12 @@
 // empty) then the tensors in data order, padded with spaces so the data section starts at
 // a multiple of 8 bytes. Non-contiguous tensors are written contiguous. Written atomically
 // (base/atomic_file.h). Duplicate or empty names are an InputError.
+//
+// Thread-safety: the functions keep no state; concurrent reads of one file are fine, and so
+// are concurrent writes of different paths. Two threads of one process must not write the
+// same path at once (they would share its temporary name, path.tmp.<pid>); two processes
+// may, and the last complete file renamed into place wins. Returned tensors and headers
+// belong to the caller and refer to nothing of the file.
 #pragma once
 
 #include <concepts>

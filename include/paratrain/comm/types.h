@@ -1,5 +1,6 @@
 // Small vocabulary types of the comm layer: reduction operators and collective names.
 // Plain values; thread-safe to share.
+// (ReduceOp and OpType are plain enums; the name functions return static strings.)
 #pragma once
 
 #include <cstdint>

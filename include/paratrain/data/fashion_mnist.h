@@ -11,6 +11,13 @@
 //
 // Every malformed input (missing file, not gzip, wrong magic, wrong size, truncated, label
 // > 9, image and label counts that differ) is an InputError naming the file and the problem.
+//
+// Lifetimes: an ImageDataset owns its tensors; ImageLoader and ImageEvalLoader share them
+// (Tensor handles, no copy), so the data stays alive as long as any of them.
+// Thread-safety: the readers keep no state and may run concurrently. An ImageLoader caches
+// an epoch's permutation (data_order.h) and is not thread-safe: one per thread. An
+// ImageEvalLoader changes nothing (fill is const) and may fill distinct tensors from several
+// threads. The tensors they fill are the caller's.
 #pragma once
 
 #include <cstdint>

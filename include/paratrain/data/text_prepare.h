@@ -20,6 +20,8 @@
 //
 // Bad input (no documents, unreadable file, vocab size out of range or too large for the
 // corpus, bad fraction) throws InputError before anything is written.
+// Thread-safety: the functions keep no state between calls (prepare_text runs its own
+// tokenizer threads, num_threads); concurrent calls must write different out_dirs.
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,10 @@
 // MetricsWriter appends lines to --metrics FILE and flushes each, so a crashed run keeps
 // every completed step (the file is a log, not a result: it is streamed, not renamed into
 // place). ProgressLine formats the human-readable line printed to stderr every step.
+// Lifetimes and thread-safety: a MetricsWriter owns its file (closed on destruction) and is
+// not thread-safe (one rank's loop writes it; each write() is one whole line, flushed).
+// hardware_peak_flops() is measured once per process (a thread-safe static) and may be called
+// from any thread; the other functions keep no state.
 #pragma once
 
 #include <cstdio>

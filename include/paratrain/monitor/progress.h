@@ -4,6 +4,10 @@
 // `paratrain launch`, in CI, in a log) it prints whole lines instead, at the first and last
 // step and otherwise at most every `every` steps or 10 seconds, so logs stay readable and the
 // launcher's per-line rank prefixes work.
+//
+// Lifetimes: a ProgressLine writes to the stream it is given, which must outlive it.
+// Thread-safety: a ProgressLine is not thread-safe (one training loop drives it); the stream
+// is not locked, so nothing else should write to it in the middle of an update.
 #pragma once
 
 #include <chrono>

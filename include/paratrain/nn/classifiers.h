@@ -3,6 +3,10 @@
 //   CNNClassifier: conv1 1->32 3x3 pad 1, ReLU, max-pool 2; conv2 32->64 3x3 pad 1, ReLU,
 //                  max-pool 2; flatten 64*7*7; fc1 3136->128, ReLU; fc2 128->10.
 // Linear weights use torch.nn.Linear's (out, in) layout; init as PyTorch's defaults.
+//
+// Lifetimes and ownership: a classifier owns its parameters (Module, nn/module.h), drawn at
+// construction from Generator(seed); it keeps no generator (no dropout).
+// Thread-safety: not thread-safe (a Module); one thread builds, trains and runs a model.
 #pragma once
 
 #include <memory>

@@ -7,6 +7,14 @@
 //   ln_f.{weight,bias} [C]; the LM head is tied to wte (logits = x @ wte^T).
 // Pre-LayerNorm blocks (eps 1e-5), GELU in its tanh form, causal attention scaled by
 // 1/sqrt(C/n_head), loss = mean cross-entropy over all B*T positions.
+//
+// Lifetimes and ownership: a GPT owns its blocks and their parameters (shared_ptr children,
+// nn/module.h) and the Generator its dropout layers draw from, so the model must outlive any
+// Dropout reference taken from it. Tensors a forward returns keep the graph of that forward
+// (and what it saved) alive until they are released or backward runs.
+// Thread-safety: not thread-safe: one thread builds, trains or runs a model at a time (its
+// forward wrappers, dropout generator and recompute state are shared). Text generation:
+// nn/generate.h.
 #pragma once
 
 #include <memory>

@@ -6,6 +6,12 @@
 // forward() is virtual so that a tensor-parallel plan can put a parallel layer (which holds a
 // slice of the same parameters under the same names) where a layer was
 // (parallel/tensor_parallel/layers.h).
+//
+// Lifetimes and ownership: a layer owns its parameters (Module); the Generator given to a
+// constructor is used only to initialise them, except Dropout's, which is kept by pointer and
+// must outlive the layer (a GPT passes its own). Tensors a forward returns hold the autograd
+// graph of that forward until released.
+// Thread-safety: not thread-safe (a Module): one thread uses a layer at a time.
 #pragma once
 
 #include <memory>

@@ -6,6 +6,12 @@
 // decay_2d_only is set (GPT practice; DESIGN.md: "AdamW decays 2-D weights only").
 // state_dict()/load_state_dict() expose the state as named tensors ("<param>.exp_avg",
 // "<param>.exp_avg_sq", "<param>.momentum_buffer") plus the step count, for checkpoints.
+//
+// Lifetimes: an Optimizer keeps the parameter tensors it is given (handles sharing their
+// storage), so it updates the model's parameters in place and keeps that storage alive; its
+// state tensors are its own. state_dict() returns handles to that state (not copies).
+// Thread-safety: not thread-safe: one thread steps an optimizer, and no other thread may
+// use the parameters or their .grad during step(). Schedules and clipping are functions.
 #pragma once
 
 #include <cstdint>

@@ -2,6 +2,8 @@
 //
 // bf16 and f16 are stored as uint16_t bit patterns (BF16 / Half below). Conversion from f32
 // rounds to nearest even, as PyTorch does; NaN stays NaN.
+//
+// Thread-safety: everything here is a pure function or constant; safe from any thread.
 #pragma once
 
 #include <cstdint>

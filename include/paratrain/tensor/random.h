@@ -1,6 +1,11 @@
 // Reproducible random numbers: every random choice in paratrain comes from a Generator
 // seeded from --seed. The generator is xoshiro256** seeded through splitmix64; its state is
 // four 64-bit words, saved in checkpoints so a resumed run draws the same numbers.
+//
+// Thread-safety: a Generator is not thread-safe (each draw advances its state); give each
+// thread its own, seeded distinctly. fill_normal/fill_uniform write the whole tensor, which
+// no other thread may use meanwhile. A Generator is a small value: copying it copies its
+// state (the copy then draws the same numbers).
 #pragma once
 
 #include <array>

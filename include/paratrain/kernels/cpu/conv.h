@@ -3,6 +3,11 @@
 // Square kernels, one stride and one zero padding for both spatial dims. Output size
 // Ho = (H + 2*pad - K) / stride + 1 (conv2d_out_size). conv2d is im2col + GEMM over chunks
 // of images, with a reused grow-only scratch buffer. Backward functions accumulate.
+//
+// Buffers are the caller's, row-major, and must not overlap unless stated; nothing is kept
+// after a call (the im2col scratch is per calling thread and grows only).
+// Thread-safety: calls from different threads on distinct buffers are safe; each call may
+// itself run on the kernel thread pool (kernels::cpu::set_num_threads).
 #pragma once
 
 #include <cstdint>

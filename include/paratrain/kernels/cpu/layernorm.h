@@ -2,6 +2,11 @@
 //
 // Forward saves mean and rstd = 1/sqrt(var + eps) per row for the backward.
 // Backward accumulates into dinp, dweight and dbias.
+//
+// Buffers are the caller's (inp, out (N,C), weight/bias (C), mean/rstd (N)); nothing is
+// kept after a call.
+// Thread-safety: calls from different threads on distinct buffers are safe; each call may
+// itself run on the kernel thread pool (kernels::cpu::set_num_threads).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,11 @@
 // Linear layers as GEMM + bias, in both weight layouts paratrain meets: Hugging Face
 // GPT-2's Conv1D (weight [in, out], y = x W + b) and torch.nn.Linear (weight [out, in],
 // y = x W^T + b). Forward overwrites out; backward accumulates into dinp, dweight, dbias.
+//
+// Buffers are the caller's, row-major; nothing is kept after a call.
+// Thread-safety: calls from different threads on distinct output buffers are safe (oneDNN's
+// dnnl_sgemm keeps no state between calls); each call may itself run on the kernel thread
+// pool (kernels::cpu::set_num_threads).
 #pragma once
 
 #include <cstdint>

@@ -2,6 +2,11 @@
 //
 // All in f32 with max subtraction. Backward functions accumulate (dinp += ...), except
 // crossentropy_backward, which writes dlogits (=) and may run in place over the logits.
+//
+// Buffers are the caller's, rows of the last dimension contiguous; nothing is kept after a
+// call.
+// Thread-safety: calls from different threads on distinct buffers are safe; each call may
+// itself run on the kernel thread pool (kernels::cpu::set_num_threads).
 #pragma once
 
 #include <cstdint>
