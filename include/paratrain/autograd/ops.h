@@ -14,7 +14,7 @@
 // own fresh storage, except views, which share their input's storage and keep it alive;
 // recorded Nodes keep the tensors their backward needs alive until the graph is released.
 // Thread-safety: ops may run on several threads at once on distinct tensors (grad mode and
-// autocast are per thread, like their guards); a tensor being written (the in-place ops, a
+// autocast are per thread, like their guards); a tensor being written (Tensor::copy_, a
 // backward accumulating into .grad) must not be used by another thread meanwhile.
 #pragma once
 
