@@ -26,6 +26,11 @@ const std::vector<VarInfo>& declared() {
       {"PARATRAIN_SPAWNED_BY", "",
        "set by paratrain::spawn() in the ranks it starts: the spawning process's pid (such a rank runs the "
        "spawned function and exits)"},
+      {"PARATRAIN_FR_BUFFER", "2000",
+       "flight recorder: how many recent collectives and send/recvs each rank keeps (0 = off)"},
+      {"PARATRAIN_FR_DUMP_DIR", "",
+       "flight recorder: directory for rank_<R>.fr.json dumps (on a deadline, a failure, SIGUSR1) and progress "
+       "files (set by `paratrain launch`; unset = no dumps)"},
       {"PARATRAIN_PROFILE", "0", "1 = time every op forward and backward and print a table after training"},
       {"PARATRAIN_LOG", "info", "log level: debug|info|warn|error"},
       {"PARATRAIN_SIMULATE_SLOWDOWN", "",

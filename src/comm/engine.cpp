@@ -44,8 +44,15 @@ WorkPtr Engine::enqueue(WorkPtr work, std::function<void()> fn, Size size) {
   return work;
 }
 
+WorkPtr Engine::submit(WorkPtr work, std::function<void()> fn, Size size) {
+  return enqueue(std::move(work), std::move(fn), size);
+}
+
 WorkPtr Engine::submit_deferred(std::function<std::string()> describe, std::function<void(const WorkPtr&)> start) {
-  auto work = std::make_shared<Work>(std::move(describe));
+  return submit_deferred(std::make_shared<Work>(std::move(describe)), std::move(start));
+}
+
+WorkPtr Engine::submit_deferred(WorkPtr work, std::function<void(const WorkPtr&)> start) {
   work->set_helper([this](Work* w) { help_start(w); });
   std::unique_lock<std::mutex> l(mu_);
   Task t{work, nullptr, SteadyClock::now() + kLargeGrace, false};

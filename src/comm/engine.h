@@ -45,6 +45,9 @@ class Engine {
   // A task whose Work `start` hands on (it must finish it, success or failure, within its
   // deadline); a throwing `start` fails the Work and breaks the engine.
   WorkPtr submit_deferred(std::function<std::string()> describe, std::function<void(const WorkPtr&)> start);
+  // The same two with a Work made by the caller (e.g. with its flight record set first).
+  WorkPtr submit(WorkPtr work, std::function<void()> fn, Size size);
+  WorkPtr submit_deferred(WorkPtr work, std::function<void(const WorkPtr&)> start);
   // Marks the engine broken (used by a backend that learned of a failure).
   void set_broken(const std::string& why);
 

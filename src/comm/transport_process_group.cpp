@@ -26,8 +26,9 @@ ProcessGroupOptions resolve_options(const ProcessGroupOptions& in) {
 }
 
 TransportProcessGroup::TransportProcessGroup(std::shared_ptr<Store> store, int rank, int size,
-                                             const ProcessGroupOptions& options)
-    : store_(std::move(store)) {
+                                             const ProcessGroupOptions& options, std::vector<int> global_ranks,
+                                             std::string name)
+    : store_(std::move(store)), recorder_(&FlightRecorder::instance()), global_ranks_(std::move(global_ranks)) {
   if (size < 1 || rank < 0 || rank >= size) PT_THROW(InputError, "bad rank ", rank, " for a group of size ", size);
   rank_ = rank;
   size_ = size;
@@ -39,6 +40,7 @@ TransportProcessGroup::TransportProcessGroup(std::shared_ptr<Store> store, int r
   tc.shm.peer_timeout_s = options_.peer_timeout_s;
   tc.tcp.streams = options_.tcp_streams;
   tc.tcp.slot_bytes = tc.shm.slot_bytes;
+  tc.tcp.peer_timeout_s = options_.peer_timeout_s;
   tc.tcp.slots = std::max<size_t>(4, options_.shm_staging_bytes / std::max<size_t>(tc.shm.slot_bytes, 4096));
   transport_ = create_transport(*store_, rank, size, tc, Deadline::after_seconds(options_.timeout_s));
   // send/recv get pairs of their own, so a message in flight never sits between two
@@ -51,6 +53,10 @@ TransportProcessGroup::TransportProcessGroup(std::shared_ptr<Store> store, int r
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back("init_done/" + std::to_string(r));
   store_->wait(keys, std::chrono::milliseconds(static_cast<int64_t>(options_.timeout_s * 1000)));
+  if (global_ranks_.empty())
+    for (int r = 0; r < size; ++r) global_ranks_.push_back(r);
+  record_group_ = recorder_->add_group(name, transport_->name(), rank, size, global_ranks_);
+  if (const FlightGroup* g = recorder_->group(record_group_)) name_ = g->name;
   engine_ = std::make_unique<Engine>();
   p2p_ = std::make_unique<P2pEngine>(p2p_transport_.get(), options_.timeout_s,
                                      [this](const std::string& why) { engine_->set_broken(why); });
@@ -113,8 +119,13 @@ void TransportProcessGroup::check_dtype(const Call& call) {
 WorkPtr TransportProcessGroup::submit_p2p(const Call& call, const void* buf) {
   check_dtype(call);
   uint64_t seq = seq_++;
-  return engine_->submit_deferred(std::function<std::string()>([call, seq] { return describe(call, seq); }),
-                                  [this, call, buf](const WorkPtr& w) {
+  auto work = std::make_shared<Work>(std::function<std::string()>([call, seq] { return describe(call, seq); }));
+  const uint64_t rec = recorder_->record(record_group_, seq, call.op, call.dtype, call.count, call.reduce_op,
+                                         call.root, call.tag);
+  if (rec) work->set_record(recorder_, rec);
+  return engine_->submit_deferred(std::move(work),
+                                  [this, call, buf, rec](const WorkPtr& w) {
+                                    recorder_->started(rec);
                                     if (call.op == OpType::kSend)
                                       p2p_->post_send(w, buf, call.count, call.dtype, call.root, call.tag);
                                     else
@@ -131,9 +142,14 @@ WorkPtr TransportProcessGroup::submit(const Call& call, std::function<void(algor
   // wait() to run them on its own thread (no hand-off).
   size_t bytes = call.count * (call.op == OpType::kBarrier ? 0 : dtype_size(call.dtype));
   Engine::Size size = bytes <= options_.small_message_bytes ? Engine::Size::kSmall : Engine::Size::kLarge;
+  auto work = std::make_shared<Work>(std::function<std::string()>([call, seq] { return describe(call, seq); }));
+  const uint64_t rec = recorder_->record(record_group_, seq, call.op, call.dtype, call.count, call.reduce_op,
+                                         call.root, call.tag);
+  if (rec) work->set_record(recorder_, rec);
   return engine_->submit(
-      std::function<std::string()>([call, seq] { return describe(call, seq); }),
-      [this, call, seq, collective, fn = std::move(fn)] {
+      std::move(work),
+      [this, call, seq, collective, rec, fn = std::move(fn)] {
+        recorder_->started(rec);
         algorithms::Context ctx;
         ctx.transport = transport_.get();
         ctx.rank = rank_;
@@ -229,8 +245,11 @@ std::shared_ptr<ProcessGroup> TransportProcessGroup::new_group(const std::vector
   if (it == ranks.end()) return nullptr;
   auto sub_store = std::make_shared<PrefixStore>("sub" + std::to_string(id), store_);
   ProcessGroupOptions o = options_;
+  std::vector<int> global;
+  for (int r : ranks) global.push_back(global_ranks_[static_cast<size_t>(r)]);
   return std::make_shared<TransportProcessGroup>(sub_store, static_cast<int>(it - ranks.begin()),
-                                                 static_cast<int>(ranks.size()), o);
+                                                 static_cast<int>(ranks.size()), o, std::move(global),
+                                                 name_.empty() ? "" : name_ + "/" + std::to_string(id));
 }
 
 }  // namespace paratrain::comm

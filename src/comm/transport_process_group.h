@@ -9,6 +9,7 @@
 #include "comm/engine.h"
 #include "comm/p2p.h"
 #include "comm/transport/mesh_transport.h"
+#include "paratrain/comm/flight_recorder.h"
 #include "paratrain/comm/process_group.h"
 
 namespace paratrain::comm {
@@ -19,7 +20,10 @@ ProcessGroupOptions resolve_options(const ProcessGroupOptions& options);
 class TransportProcessGroup : public ProcessGroup {
  public:
   // Collective over the `size` ranks sharing `store`'s key space.
-  TransportProcessGroup(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options);
+  // `global_ranks`: the group's ranks in the job (empty = 0..size-1) and `name` ("" = the
+  // flight recorder's choice), both for the flight recorder only.
+  TransportProcessGroup(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options,
+                        std::vector<int> global_ranks = {}, std::string name = "");
   ~TransportProcessGroup() override;
   std::string backend_name() const override { return transport_->name(); }
 
@@ -61,6 +65,10 @@ class TransportProcessGroup : public ProcessGroup {
   uint64_t seq_ = 0;
   int next_group_id_ = 0;
   std::vector<std::shared_ptr<void>> held_;
+  FlightRecorder* recorder_;
+  int record_group_ = -1;  // this group in recorder_
+  std::vector<int> global_ranks_;
+  std::string name_;
   std::unique_ptr<Engine> engine_;  // last: destroyed first, so queued work drains with everything alive
 };
 

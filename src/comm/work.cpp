@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include "paratrain/base/error.h"
+#include "paratrain/comm/flight_recorder.h"
 
 namespace paratrain::comm {
 
@@ -19,6 +20,7 @@ const std::string& Work::description() const {
 }
 
 void Work::finish(std::exception_ptr error) {
+  if (recorder_) recorder_->finished(record_id_, error);
   {
     std::lock_guard<std::mutex> l(mu_);
     error_ = error;
@@ -34,8 +36,10 @@ void Work::wait(std::chrono::milliseconds timeout) {
   if (!is_completed()) {
     std::unique_lock<std::mutex> l(mu_);
     if (timeout.count() > 0) {
-      if (!cv_.wait_for(l, timeout, [&] { return is_completed(); }))
-        PT_THROW(TimeoutError, description_, " did not complete within ", timeout.count(), " ms");
+      if (!cv_.wait_for(l, timeout, [&] { return is_completed(); })) {
+        l.unlock();  // description() may format a lazy description (its own lock)
+        PT_THROW(TimeoutError, description(), " did not complete within ", timeout.count(), " ms");
+      }
     } else {
       // The operation has its own deadline; it always finishes.
       cv_.wait(l, [&] { return is_completed(); });

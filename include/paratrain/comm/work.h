@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -23,6 +24,8 @@
 #include <string>
 
 namespace paratrain::comm {
+
+class FlightRecorder;
 
 class Work {
  public:
@@ -56,6 +59,13 @@ class Work {
   void finish(std::exception_ptr error = nullptr);
   // Called by wait() before blocking: lets the backend run queued work on this thread.
   void set_helper(std::function<void(Work*)> helper) { helper_ = std::move(helper); }
+  // finish() tells `recorder` (flight_recorder.h) that call `id` completed or failed. Set
+  // before the Work is handed out; the recorder outlives the Work.
+  void set_record(FlightRecorder* recorder, uint64_t id) {
+    recorder_ = recorder;
+    record_id_ = id;
+  }
+  uint64_t record_id() const { return record_id_; }
 
  private:
   mutable std::string description_;
@@ -68,6 +78,8 @@ class Work {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::function<void(Work*)> helper_;
+  FlightRecorder* recorder_ = nullptr;
+  uint64_t record_id_ = 0;
 };
 
 using WorkPtr = std::shared_ptr<Work>;

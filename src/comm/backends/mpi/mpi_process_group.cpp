@@ -15,6 +15,7 @@
 #include "comm/deadline.h"
 #include "comm/engine.h"
 #include "comm/transport_process_group.h"
+#include "paratrain/comm/flight_recorder.h"
 
 namespace paratrain::comm::mpi {
 namespace {
@@ -197,12 +198,26 @@ int icount(size_t n) {
 
 class MpiProcessGroup : public ProcessGroup {
  public:
-  MpiProcessGroup(MPI_Comm comm, const ProcessGroupOptions& options) : comm_(comm) {
+  MpiProcessGroup(MPI_Comm comm, const ProcessGroupOptions& options, std::string name = "")
+      : comm_(comm), recorder_(&FlightRecorder::instance()) {
     options_ = options;
     if (options_.deterministic)
       PT_THROW(InputError, "the mpi backend has no rank-ordered (deterministic) mode; use --backend shm or tcp");
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    if (recorder_->enabled()) {
+      // The group's ranks in MPI_COMM_WORLD, for the flight recorder.
+      MPI_Group mine, world;
+      MPI_Comm_group(comm_, &mine);
+      MPI_Comm_group(MPI_COMM_WORLD, &world);
+      std::vector<int> local(static_cast<size_t>(size_)), global(static_cast<size_t>(size_));
+      for (int i = 0; i < size_; ++i) local[static_cast<size_t>(i)] = i;
+      MPI_Group_translate_ranks(mine, size_, local.data(), world, global.data());
+      MPI_Group_free(&mine);
+      MPI_Group_free(&world);
+      record_group_ = recorder_->add_group(name, "mpi", rank_, size_, global);
+      if (const FlightGroup* g = recorder_->group(record_group_)) name_ = g->name;
+    }
     engine_ = std::make_unique<Engine>();
     poller_ = std::make_unique<RequestPoller>(rank_, options_.timeout_s,
                                               [this](const std::string& why) { engine_->set_broken(why); });
@@ -283,8 +298,9 @@ class MpiProcessGroup : public ProcessGroup {
     MPI_Comm sub;
     // Run on the engine so it is ordered with the other calls on this communicator.
     engine_->submit("new_group", [&] { MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, rank_, &sub); })->wait();
+    const int id = next_group_id_++;
     if (!member) return nullptr;
-    return std::make_shared<MpiProcessGroup>(sub, options_);
+    return std::make_shared<MpiProcessGroup>(sub, options_, name_.empty() ? "" : name_ + "/" + std::to_string(id));
   }
 
  private:
@@ -301,7 +317,11 @@ class MpiProcessGroup : public ProcessGroup {
                             count * dtype_size(dtype), " bytes, ", send ? "to" : "from", " rank ", peer, ", tag ", tag,
                             ")");
     };
-    return engine_->submit_deferred(describe, [=, this](const WorkPtr& w) {
+    auto work = std::make_shared<Work>(std::function<std::string()>(describe));
+    const uint64_t rec = recorder_->record(record_group_, seq, op, dtype, count, ReduceOp::kSum, peer, tag);
+    if (rec) work->set_record(recorder_, rec);
+    return engine_->submit_deferred(std::move(work), [=, this](const WorkPtr& w) {
+      recorder_->started(rec);
       MPI_Request r;
       {
         auto l = lock();
@@ -336,7 +356,11 @@ class MpiProcessGroup : public ProcessGroup {
     uint64_t seq = seq_++;
     std::string desc = detail::concat(op_type_name(op), " #", seq, " (", dtype_name(dtype), " x ", count, ")");
     bool collective = op != OpType::kSend && op != OpType::kRecv;
-    return engine_->submit(desc, [=, this] {
+    auto work = std::make_shared<Work>(desc);
+    const uint64_t rec = recorder_->record(record_group_, seq, op, dtype, count, rop, root, 0);
+    if (rec) work->set_record(recorder_, rec);
+    return engine_->submit(std::move(work), [=, this] {
+      recorder_->started(rec);
       Deadline deadline = Deadline::after_seconds(options_.timeout_s);
       if (collective && *options_.debug_fingerprint && size_ > 1) {
         int64_t mine[4] = {int64_t(op), int64_t(dtype), int64_t(count), int64_t(root) * 16 + int64_t(rop)};
@@ -360,11 +384,15 @@ class MpiProcessGroup : public ProcessGroup {
       }
       wait_request(&r, deadline, desc);
       if (after) after();
-    });
+    }, Engine::Size::kLarge);
   }
 
   MPI_Comm comm_;
   uint64_t seq_ = 0;
+  FlightRecorder* recorder_;
+  int record_group_ = -1;
+  int next_group_id_ = 0;
+  std::string name_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<RequestPoller> poller_;
 };

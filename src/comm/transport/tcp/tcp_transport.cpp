@@ -1,8 +1,10 @@
 #include "comm/transport/tcp/tcp_transport.h"
 
+#include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -20,6 +22,8 @@ constexpr uint32_t kHelloMagic = 0x50544350;  // "PTCP"
 // In place of a segment's length: the sender closed its group cleanly after everything it
 // sent on this stream (a plain EOF without it means the peer died or its connection broke).
 constexpr uint32_t kGoodbye = 0xffffffffu;
+// In place of a segment's length: nothing to send lately, but alive (no segment follows).
+constexpr uint32_t kHeartbeat = 0xfffffffeu;
 
 struct Hello {
   uint32_t magic;
@@ -42,18 +46,33 @@ bool send_all(int fd, const void* p, size_t n) {
   return true;
 }
 
-bool recv_all(int fd, void* p, size_t n) {
+enum class RecvResult { kOk, kClosed, kSilent, kStopped };
+
+// Reads n bytes; kSilent when nothing at all arrived for `silence_s` (> 0) in a row, kStopped
+// once stop() says so (checked every 100 ms while waiting).
+template <typename Stop>
+RecvResult recv_all(int fd, void* p, size_t n, double silence_s, Stop stop) {
   char* c = static_cast<char*>(p);
+  auto last = std::chrono::steady_clock::now();
   while (n > 0) {
-    ssize_t r = ::recv(fd, c, n, 0);
+    pollfd pf{fd, POLLIN, 0};
+    int pr = ::poll(&pf, 1, 100);
+    if (pr == 0 || (pr < 0 && errno == EINTR)) {
+      if (stop()) return RecvResult::kStopped;
+      if (silence_s > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count() > silence_s)
+        return RecvResult::kSilent;
+      continue;
+    }
+    ssize_t r = ::recv(fd, c, n, MSG_DONTWAIT);
     if (r <= 0) {
-      if (r < 0 && errno == EINTR) continue;
-      return false;
+      if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+      return RecvResult::kClosed;
     }
     c += r;
     n -= static_cast<size_t>(r);
+    last = std::chrono::steady_clock::now();
   }
-  return true;
+  return RecvResult::kOk;
 }
 
 }  // namespace
@@ -64,6 +83,9 @@ struct FirstFailure {
   std::mutex mu;
   int peer = -1;
   std::string what;
+  // A peer fell silent (stopped): every wait of the domain fails, not only its pair's, as
+  // with shm (a collective may wait on a rank that waits on the silent one).
+  std::atomic<bool> fatal{false};
   void record(int p, const std::string& w) {
     std::lock_guard<std::mutex> l(mu);
     if (peer < 0) { peer = p; what = w; }
@@ -154,6 +176,7 @@ class TcpPair : public Pair {
     size_t slot = head_ % K_;
     if (head_ < K_ || send_done_[slot] >= head_ - K_ + 1) return send_buf_.data() + slot * cfg_.slot_bytes;
     if (!failure_.empty() || stop_) throw_broken();
+    if (first_->fatal.load(std::memory_order_relaxed)) throw_fatal();
     return nullptr;
   }
   const void* try_recv_begin(size_t* bytes) override {
@@ -165,6 +188,7 @@ class TcpPair : public Pair {
     }
     const size_t stream = tail_ % socks_.size();
     if (!failure_.empty() || stop_ || (eof_[stream] && !goodbye_[stream])) throw_broken();
+    if (first_->fatal.load(std::memory_order_relaxed)) throw_fatal();
     return nullptr;
   }
   bool set_wakeup(std::function<void()> fn) override {
@@ -199,6 +223,7 @@ class TcpPair : public Pair {
       const size_t stream = tail_ % socks_.size();
       if (!failure_.empty() || (for_recv && eof_[stream])) throw_broken();
       if (stop_) throw PeerFailure(peer_, "transport closed");
+      if (first_->fatal.load(std::memory_order_relaxed)) throw_fatal();
       if (deadline.expired()) throw PeerTimeout(peer_, detail::concat("timed out waiting for ", what, " rank ", peer_));
       cv_.wait_for(l, std::chrono::milliseconds(std::min<int64_t>(50, deadline.remaining_ms() + 1)));
     }
@@ -216,6 +241,12 @@ class TcpPair : public Pair {
                                          " died or left the group)");
     first_->record(p, w);
     first_->get(&p, &w);  // name the first rank whose connection broke
+    throw PeerFailure(p, w);
+  }
+  [[noreturn]] void throw_fatal() {
+    int p = peer_;
+    std::string w;
+    first_->get(&p, &w);
     throw PeerFailure(p, w);
   }
   void fail(const std::string& why) {
@@ -243,14 +274,27 @@ class TcpPair : public Pair {
   }
   void sender(size_t s) {
     size_t S = socks_.size();
+    const auto beat_every = std::chrono::milliseconds(
+        cfg_.peer_timeout_s > 0 ? std::clamp<int64_t>(int64_t(cfg_.peer_timeout_s * 200), 20, 1000) : 1000);
     for (size_t seq = s;; seq += S) {
       size_t slot = seq % K_;
       uint32_t len;
-      {
-        std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [&] { return stop_ || !failure_.empty() || head_ > seq; });
-        if (stop_ || !failure_.empty()) return;
-        len = static_cast<uint32_t>(send_len_[slot]);
+      for (;;) {
+        bool ready;
+        {
+          std::unique_lock<std::mutex> l(mu_);
+          ready = cv_.wait_for(l, beat_every, [&] { return stop_ || !failure_.empty() || head_ > seq; });
+          if (stop_ || !failure_.empty()) return;
+          if (ready) {
+            len = static_cast<uint32_t>(send_len_[slot]);
+            break;
+          }
+        }
+        // Idle: tell the peer this rank is alive (a stopped rank sends none).
+        if (cfg_.peer_timeout_s > 0 && !send_all(socks_[s].fd(), &kHeartbeat, 4)) {
+          fail(detail::concat("connection to rank ", peer_, " lost while sending (rank ", peer_, " died or left)"));
+          return;
+        }
       }
       if (!send_all(socks_[s].fd(), &len, 4) || !send_all(socks_[s].fd(), send_buf_.data() + slot * cfg_.slot_bytes, len)) {
         fail(detail::concat("connection to rank ", peer_, " lost while sending (rank ", peer_, " died or left)"));
@@ -264,14 +308,33 @@ class TcpPair : public Pair {
       cv_.notify_all();
     }
   }
+  // Silence on a stream for the peer timeout: the peer is stopped, hung in its kernel or
+  // its host is gone (a live rank's sender beats while idle).
+  void silent() {
+    fail(detail::concat("rank ", peer_, " stopped responding for ", cfg_.peer_timeout_s,
+                        " s (PARATRAIN_PEER_TIMEOUT_S; no data or heartbeat on its tcp connection: the process is "
+                        "stopped, e.g. SIGSTOP, or its host is unreachable)"));
+    first_->fatal.store(true);
+  }
   void receiver(size_t s) {
     size_t S = socks_.size();
+    auto stopped = [this] {
+      std::lock_guard<std::mutex> l(mu_);
+      return stop_;
+    };
     for (size_t seq = s;; seq += S) {
       size_t slot = seq % K_;
       uint32_t len = 0;
-      const bool got = recv_all(socks_[s].fd(), &len, 4);
-      if (!got || len == kGoodbye) {
-        stream_ended(s, got);
+      RecvResult got = recv_all(socks_[s].fd(), &len, 4, cfg_.peer_timeout_s, stopped);
+      while (got == RecvResult::kOk && len == kHeartbeat)
+        got = recv_all(socks_[s].fd(), &len, 4, cfg_.peer_timeout_s, stopped);
+      if (got == RecvResult::kStopped) return;
+      if (got == RecvResult::kSilent) {
+        silent();
+        return;
+      }
+      if (got == RecvResult::kClosed || len == kGoodbye) {
+        stream_ended(s, got == RecvResult::kOk);
         return;
       }
       {
@@ -279,7 +342,15 @@ class TcpPair : public Pair {
         cv_.wait(l, [&] { return stop_ || seq < tail_ + K_; });
         if (stop_) return;
       }
-      if (len > cfg_.slot_bytes || !recv_all(socks_[s].fd(), recv_buf_.data() + slot * cfg_.slot_bytes, len)) {
+      got = len > cfg_.slot_bytes ? RecvResult::kClosed
+                                  : recv_all(socks_[s].fd(), recv_buf_.data() + slot * cfg_.slot_bytes, len,
+                                             cfg_.peer_timeout_s, stopped);
+      if (got == RecvResult::kStopped) return;
+      if (got == RecvResult::kSilent) {
+        silent();
+        return;
+      }
+      if (got != RecvResult::kOk) {
         fail(detail::concat("connection to rank ", peer_, " closed mid-message (rank ", peer_, " died?)"));
         return;
       }

@@ -11,6 +11,12 @@
 //
 // Liveness: a peer that dies closes its sockets (the kernel does it on SIGKILL), so the
 // receiver sees EOF and the waits on that pair fail with PeerFailure naming the rank. A peer
+// that is alive but stopped (SIGSTOP), or whose host froze, closes nothing: so each stream's
+// sender sends a heartbeat (a 4-byte marker in place of a segment's length) whenever it sent
+// nothing for peer_timeout_s / 5 (at most 1 s), and a receiver that heard nothing at all on
+// its stream for peer_timeout_s (PARATRAIN_PEER_TIMEOUT_S) fails the pair, naming the rank
+// ("stopped responding"), like shm's heartbeat. A receiver that waits for its own rank to
+// free a slot does not count that time as silence. A peer
 // that closes its group cleanly first sends a goodbye on each stream after its last segment:
 // the waits that need more of its data then fail ("left the group") once they have consumed
 // everything it sent, and the close is never blamed for another pair's failure.
@@ -28,6 +34,7 @@ struct TcpConfig {
   int streams = 2;
   size_t slot_bytes = 512u << 10;
   size_t slots = 8;
+  double peer_timeout_s = 10;  // silence after which a peer counts as dead (<= 0: never)
 };
 
 class TcpDomain {
