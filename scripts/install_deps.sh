@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages paratrain needs to build, test, benchmark and run its demo.
+# Installs the Debian 12 packages paratrain needs to build, test, benchmark and run its demo
+# (chromium: the report test renders `paratrain report`'s page headless).
 # Idempotent: packages already present are skipped. Uses sudo when not root.
 # Non-interactive, so it works in CI (no terminal, no stdin).
 set -euo pipefail
@@ -15,6 +16,7 @@ PACKAGES=(
   python3 python3-torch python3-numpy
   dataset-fashion-mnist wordnet-base
   iproute2 procps time
+  chromium
 )
 
 missing=()
