@@ -10,6 +10,7 @@
 #include "doctor_cmd.h"
 #include "launch_cmd.h"
 #include "plan_cmd.h"
+#include "report_cmd.h"
 #include "paratrain/base/env.h"
 #include "paratrain/base/error.h"
 #include "train_cmd.h"
@@ -28,7 +29,8 @@ const char* kUsage =
     "  bench comm     measure collective bandwidth (nccl-tests style table)\n"
     "  bench compute  measure this CPU's f32 peak (FMA throughput) and GEMM peak: MFU's denominator\n"
     "  doctor         show the environment paratrain sees (PARATRAIN_* variables, ranks, threads)\n"
-    "  plan           the layouts of a model on N devices: memory, step time, the one to use; --check, --print-schedule\n";
+    "  plan           the layouts of a model on N devices: memory, step time, the one to use; --check, --print-schedule\n"
+    "  report         one self-contained HTML page of a run's charts from its metrics (and trace)\n";
 
 std::string rank_tag() {
   for (const char* v : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
@@ -51,6 +53,7 @@ int dispatch(int argc, char** argv) {
   if (cmd == "launch") return paratrain::cli::run_launch(argc - 1, argv + 1);
   if (cmd == "doctor") return paratrain::cli::run_doctor(argc - 1, argv + 1);
   if (cmd == "plan") return paratrain::cli::run_plan(argc - 1, argv + 1);
+  if (cmd == "report") return paratrain::cli::run_report(argc - 1, argv + 1);
   if (cmd == "data" || cmd == "bench") {
     const std::string sub = argc > 2 ? argv[2] : "";
     if (cmd == "data" && sub == "prepare") return paratrain::cli::run_data_prepare(argc - 2, argv + 2);
