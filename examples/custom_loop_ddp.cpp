@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
   try {
     const int steps = parse_steps(argc, argv);
 
+    // [guide:loop]
     // The ranks: from `paratrain launch` (RANK, WORLD_SIZE, its store), from mpirun (the MPI
     // backend, when paratrain was built with it), or a group of one when started alone.
     std::shared_ptr<comm::ProcessGroup> pg = comm::create_process_group_from_env();
@@ -162,6 +163,7 @@ int main(int argc, char** argv) {
       mean_loss /= static_cast<float>(world);
       if (rank == 0) std::printf("step %d loss %.9g\n", step, mean_loss);
     }
+    // [/guide:loop]
 
     double checksum = 0;
     for (const Tensor& p : model.parameters())

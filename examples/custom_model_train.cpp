@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
   }
   try {
     const int rank = comm::read_job_env().rank;
+    // [guide:config]
     train::TrainConfig cfg;
     cfg.steps = std::atoll(argv[1]);
     cfg.checkpoint_dir = argv[2];
@@ -131,7 +132,9 @@ int main(int argc, char** argv) {
     cfg.zero = 1;               // each rank keeps half of AdamW's state
     cfg.precision = "bf16";     // matrix products in bf16, master weights f32
     cfg.quiet = true;           // this program prints its own lines
+    // [/guide:config]
 
+    // [guide:task]
     ResidualMlp model(/*width=*/32, /*depth=*/2, /*classes=*/3, /*seed=*/42);
     SpiralDataset train_set(4096, /*seed=*/1), val_set(600, /*seed=*/2);
     train::SupervisedOptions opts;
@@ -141,7 +144,9 @@ int main(int argc, char** argv) {
     train::SupervisedTask task(
         model, [&](const Tensor& x, const Tensor& y) { return ops::cross_entropy(model.forward(x), y); }, train_set,
         opts);
+    // [/guide:task]
 
+    // [guide:run]
     const train::TrainResult r = train::train(cfg, task, std::cerr, [&](const train::StepInfo& s) {
       if (rank == 0) std::printf("step %lld loss %.9g\n", static_cast<long long>(s.step), s.loss);
     });
@@ -151,6 +156,7 @@ int main(int argc, char** argv) {
                   static_cast<long long>(r.steps), r.accuracy);
       std::fflush(stdout);
     }
+    // [/guide:run]
   } catch (const InputError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

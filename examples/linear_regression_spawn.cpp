@@ -80,7 +80,8 @@ uint64_t checksum(const nn::Module& m) {
 }
 
 int train(int rank, int epochs) {
-  auto pg = comm::create_process_group_from_env();
+  // [guide:ddp]
+  auto pg = comm::create_process_group_from_env();  // from the launcher's environment
   const Dataset data = make_dataset();
 
   Generator gen(kModelSeed);
@@ -121,6 +122,7 @@ int train(int rank, int epochs) {
     }
     if (rank == 0) std::printf("epoch %d loss %.8f\n", epoch, loss_sum / batches);
   }
+  // [/guide:ddp]
 
   if (rank == 0) {
     std::vector<float> w = model.weight.to_vector();
@@ -134,6 +136,7 @@ int train(int rank, int epochs) {
 
 }  // namespace
 
+// [guide:spawn]
 int main(int argc, char** argv) {
   // Runs in every process (spawn re-executes the program): parse, nothing expensive.
   int epochs = 10;
@@ -151,3 +154,4 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+// [/guide:spawn]

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   }
   const int steps = argc > 2 ? std::atoi(argv[2]) : 50;
   try {
+    // [guide:loop]
     nn::GPTConfig cfg = nn::GPTConfig::preset("gpt-nano");
     nn::GPT model(cfg, /*seed=*/1337);
     data::TokenLoader loader(argv[1], cfg.block_size, data::BatchLayout{/*micro_batch=*/8, 1, 1}, /*seed=*/1337);
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
       opt.step();
       std::printf("step %d loss %.4f\n", step, loss.item());
     }
+    // [/guide:loop]
 
     // [guide:generate]
     // Continue the first 8 tokens of the data: greedy (temperature 0), 16 new tokens.

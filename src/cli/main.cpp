@@ -28,7 +28,7 @@ const char* kUsage =
     "  launch         start and supervise one process per device, on one or many hosts\n"
     "  bench comm     measure collective bandwidth (nccl-tests style table)\n"
     "  bench compute  measure this CPU's f32 peak (FMA throughput) and GEMM peak: MFU's denominator\n"
-    "  doctor         show the environment paratrain sees (PARATRAIN_* variables, ranks, threads)\n"
+    "  doctor         check this machine (and, under a launcher, the job): pass/warn/fail, --json\n"
     "  plan           the layouts of a model on N devices: memory, step time, the one to use; --check, --print-schedule\n"
     "  report         one self-contained HTML page of a run's charts from its metrics (and trace)\n";
 

@@ -20,7 +20,7 @@ uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
 }
 
 std::string describe(const std::string& name, const Tensor& t) {
-  return name + " " + dtype_name(t.dtype()) + " [" + shape_str(t.shape()) + "]";
+  return name + " " + dtype_name(t.dtype()) + " " + shape_str(t.shape());
 }
 }  // namespace
 
