@@ -32,6 +32,7 @@
 
 #include "paratrain/base/env.h"
 #include "paratrain/base/error.h"
+#include "launch/flight_watch.h"
 #include "paratrain/comm/store.h"
 #include "paratrain/launch/child_env.h"
 #include "paratrain/launch/host.h"
@@ -108,20 +109,29 @@ class SignalScope {
     while (true) {
       ssize_t r = ::read(read_.get(), buf, sizeof(buf));
       if (r <= 0) break;
-      for (ssize_t i = 0; i < r; ++i)
-        if (buf[i] != SIGCHLD) out.push_back(buf[i]);
+      for (ssize_t i = 0; i < r; ++i) {
+        if (buf[i] == SIGUSR1) usr1_ = true;
+        else if (buf[i] != SIGCHLD) out.push_back(buf[i]);
+      }
     }
     if (!out.empty() && interrupt_ == 0) interrupt_ = out.front();
     return out;
   }
   int interrupt() const { return interrupt_; }
+  // Whether SIGUSR1 (a request for the flight-recorder report) came since the last call.
+  bool take_usr1() {
+    bool u = usr1_;
+    usr1_ = false;
+    return u;
+  }
 
  private:
-  static constexpr std::array<int, 4> kCaught = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+  static constexpr std::array<int, 5> kCaught = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGUSR1};
   Fd read_, write_;
-  std::array<struct sigaction, 4> old_{};
+  std::array<struct sigaction, 5> old_{};
   struct sigaction old_pipe_{};
   int interrupt_ = 0;
+  bool usr1_ = false;
 };
 
 // One local rank while it runs.
@@ -293,6 +303,8 @@ int Launcher::run() {
 
   SignalScope signals;
   const std::vector<std::string> base_env = current_environment();
+  // The ranks' flight records (dumps, progress files) go beside the logs.
+  FlightWatch flight(o.log_dir);
   report_ = LaunchReport{};
 
   for (int attempt = 0;; ++attempt) {
@@ -350,6 +362,11 @@ int Launcher::run() {
     job.paratrain_threads = threads;
     const auto t_attempt = attempt == 0 ? t_start : Clock::now();
     std::vector<RankProc> ranks(static_cast<size_t>(nproc));
+    {
+      std::vector<WatchedRank> mine(static_cast<size_t>(nproc));
+      for (int i = 0; i < nproc; ++i) mine[static_cast<size_t>(i)].rank = round.rank_base + i;
+      flight.reset(mine);  // the last attempt's records
+    }
     for (int i = 0; i < nproc; ++i) {
       RankProc& p = ranks[static_cast<size_t>(i)];
       RankAssignment who;
@@ -380,6 +397,8 @@ int Launcher::run() {
       spec.argv = o.program;
       if (!job.error_dir.empty()) ::unlink(error_file_path(job.error_dir, who.rank).c_str());  // a stale one
       spec.env = build_child_env(base_env, who, job);
+      std::erase_if(spec.env, [](const std::string& kv) { return kv.rfind("PARATRAIN_FR_DUMP_DIR=", 0) == 0; });
+      spec.env.push_back("PARATRAIN_FR_DUMP_DIR=" + flight.dir());
       Spawned s = spawn_child(spec);
       p.start = Clock::now();
       p.rep.pid = s.pid;
@@ -399,6 +418,12 @@ int Launcher::run() {
     auto last_check = last_beat;
     bool lost_node_and_done = false;  // a lost node never posts its result: stop waiting for it
 
+    auto watched = [&] {
+      std::vector<WatchedRank> w;
+      for (const RankProc& p : ranks) w.push_back({p.rep.rank, p.rep.pid, p.rep.exited, describe_status(p.rep)});
+      return w;
+    };
+    bool failure_reported = false;
     auto begin_stop = [&](int sig) {
       if (!stopping) {
         stopping = true;
@@ -442,7 +467,7 @@ int Launcher::run() {
         if (p.out.valid()) fds.push_back({p.out.get(), POLLIN, 0});
         if (p.err.valid()) fds.push_back({p.err.get(), POLLIN, 0});
       }
-      int timeout = rdzv || stopping ? kTickMs : 1000;
+      int timeout = rdzv || stopping ? kTickMs : o.hang_timeout_s > 0 ? 250 : 1000;
       ::poll(fds.data(), fds.size(), timeout);
 
       // Signals to the launcher: forward; a second one kills at once.
@@ -461,6 +486,9 @@ int Launcher::run() {
           begin_stop(SIGKILL);
         }
       }
+
+      // kill -USR1 to the launcher: the flight-recorder report; the job goes on.
+      if (signals.take_usr1()) flight.report(watched(), "the launcher received SIGUSR1; the job goes on");
 
       // Output.
       for (RankProc& p : ranks) {
@@ -492,10 +520,31 @@ int Launcher::run() {
           if (::access(ef.c_str(), F_OK) == 0) p.rep.error_file = ef;
         }
         if (p.rep.status_code() != 0 && !stopping) {
+          // What every rank was doing, gathered before anything is stopped.
+          if (!failure_reported && flight.any_recorder(watched())) {
+            failure_reported = true;
+            flight.report(watched(), "rank " + std::to_string(p.rep.rank) + " failed with " + describe_status(p.rep));
+          }
           record_failure(FailureInfo{p.rep.rank, o.node_rank, host, p.rep.status_code(), false, describe_status(p.rep)});
           begin_stop(SIGTERM);
         }
       }
+      // No collective advanced for --hang-timeout while some wait: report, then stop the job.
+      if (o.hang_timeout_s > 0 && !stopping) {
+        std::vector<WatchedRank> w = watched();
+        const double stalled = flight.stalled_s(w);
+        if (stalled >= o.hang_timeout_s) {
+          char what[160];
+          std::snprintf(what, sizeof(what), "the job is hung: no collective advanced on any rank for %.1f s (--hang-timeout %g)",
+                        stalled, o.hang_timeout_s);
+          say(what);
+          failure_reported = true;
+          flight.report(w, what);
+          record_failure(FailureInfo{-1, o.node_rank, host, 1, false, what});
+          begin_stop(SIGTERM);
+        }
+      }
+
       // Signal the group of every rank still alive once more if the grace period is over.
       if (stopping && !killed && Clock::now() >= kill_at) {
         killed = true;
