@@ -29,6 +29,7 @@
 
 using namespace paratrain;
 
+// [guide:model]
 // x + fc2(gelu(fc1(layer_norm(x)))): a pre-norm residual block of width `w`.
 class ResidualBlock : public nn::Module {
  public:
@@ -45,6 +46,7 @@ class ResidualBlock : public nn::Module {
   std::shared_ptr<nn::LayerNorm> norm;
   std::shared_ptr<nn::Linear> fc1, fc2;
 };
+// [/guide:model]
 
 // points [B, 2] -> class logits [B, classes]
 class ResidualMlp : public nn::Module {
