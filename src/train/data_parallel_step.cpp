@@ -11,7 +11,6 @@ namespace paratrain::train {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 }  // namespace
 
 DataParallelStep::DataParallelStep(Task& task, ParallelModel& model, MicroBatches batches, int64_t grad_accum,

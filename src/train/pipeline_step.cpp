@@ -55,10 +55,9 @@ StepOutcome PipelineStep::run(int64_t step, const Tensor& seed) {
   out.loss_sum = st.loss_sum;
   out.computes_loss = model_.holds_last_stage();
   out.activation_bytes = st.peak_activation_bytes;
-  out.compute_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.compute_s = seconds_since(t0);
   out.busy_ms = st.compute_ms;
   out.wall_ms = st.wall_ms;
-  out.bubble_fraction = st.wall_ms > 0 ? 1.0 - st.compute_ms / st.wall_ms : 0.0;
   out.p2p_ms = st.p2p_wait_ms;
   out.p2p_bytes = st.p2p_bytes;
   return out;

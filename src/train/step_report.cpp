@@ -17,7 +17,6 @@ void gather_step_report(StepReport& r, comm::ProcessGroup* pg, const MeshShape& 
   r.busy_ms_per_rank = {o.busy_ms};
   r.peak_per_rank = {peak_bytes};
   r.activation_per_rank = {o.activation_bytes};
-  r.bubble_fraction = o.bubble_fraction;
   if (!pg) return;
   const int world = shape.world();
   // Per rank: weighted loss (0 where no loss was computed: pipeline ranks without the last

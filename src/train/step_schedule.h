@@ -7,6 +7,7 @@
 // Thread-safety: the training thread only. Lifetime: references outlive the schedule.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 
@@ -16,12 +17,16 @@
 
 namespace paratrain::train {
 
+// Seconds from t0 to now on the steady clock: the step timings of the schedules and the loop.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 struct StepOutcome {
   double loss_sum = 0;             // sum of the micro-batch losses this rank computed
   bool computes_loss = true;       // false on pipeline ranks without the last stage
   int64_t activation_bytes = 0;    // the most the forwards left allocated for their backward
   double compute_s = 0;            // the step's forwards and backwards, waiting included
-  double bubble_fraction = -1;     // pipeline: idle share of this rank's schedule (-1: none)
   double busy_ms = 0, wall_ms = 0; // pipeline: compute actions and the whole schedule
   double p2p_ms = 0;               // pipeline: time blocked in sends and receives
   int64_t p2p_bytes = 0;
