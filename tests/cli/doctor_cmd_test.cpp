@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/run_binary.h"
+#include "support/free_port.h"
 
 namespace {
 
@@ -203,18 +204,7 @@ TEST(DoctorCmd, UnderTheLauncherChecksTheJob) {
 
 namespace {
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using paratrain::test::free_port;
 
 // Two ranks started by hand (torchrun's variables; rank 0 hosts the store on MASTER_PORT),
 // rank 1 alone with a malformed PARATRAIN_PROFILE: rank 0's report names rank 1's failure,

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "paratrain/comm/flight_recorder.h"
+#include "support/free_port.h"
 
 namespace {
 
@@ -34,17 +35,7 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using paratrain::test::free_port;
 
 // n ranks of the helper in `mode`; each rank's output goes to a log file.
 struct Job {

@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/free_port.h"
+
 namespace {
 
 const std::string kHelper = std::string(PARATRAIN_TEST_BIN_DIR) + "/process_group_helper";
@@ -39,18 +41,7 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-int free_port() {
-  // Bind port 0, read the port the kernel chose, release it for rank 0's store.
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using paratrain::test::free_port;
 
 // Starts `procs` processes (argv each), with per-process env additions; waits up to timeout_s.
 Result spawn(const std::vector<std::vector<std::string>>& argvs, const std::vector<std::vector<std::string>>& envs,

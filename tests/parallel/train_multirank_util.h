@@ -30,6 +30,7 @@
 
 #include "paratrain/checkpoint/safetensors.h"
 #include "support/weights_compare.h"
+#include "support/free_port.h"
 
 namespace paratrain::test {
 
@@ -55,18 +56,6 @@ inline std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-inline int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 // Runs each argv (with its env additions) as its own process group, in `dir`; kills all past
