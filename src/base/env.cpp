@@ -31,6 +31,9 @@ const std::vector<VarInfo>& declared() {
       {"PARATRAIN_FR_DUMP_DIR", "",
        "flight recorder: directory for rank_<R>.fr.json dumps (on a deadline, a failure, SIGUSR1) and progress "
        "files (set by `paratrain launch`; unset = no dumps)"},
+      {"PARATRAIN_SLOW_RANK_LAG", "0.25",
+       "rank 0's progress line names the slowest rank when its compute + data-wait time exceeds the median "
+       "rank's by more than this fraction"},
       {"PARATRAIN_PROFILE", "0", "1 = time every op forward and backward and print a table after training"},
       {"PARATRAIN_LOG", "info", "log level: debug|info|warn|error"},
       {"PARATRAIN_SIMULATE_SLOWDOWN", "",

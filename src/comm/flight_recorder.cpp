@@ -152,6 +152,7 @@ int FlightRecorder::add_group(std::string name, const std::string& backend, int 
   if (rank_ < 0) rank_ = g->ranks[static_cast<size_t>(rank)];
   groups_.push_back(std::move(g));
   colls_.push_back(0);
+  traffic_.emplace_back();
   if (!dump_dir_.empty() && !progress_) open_progress();
   return groups_.back()->id;
 }
@@ -256,6 +257,17 @@ uint64_t FlightRecorder::record(int group, uint64_t seq, OpType op, DType dtype,
   return id;
 }
 
+double GroupTraffic::busbw_gbps_since(const GroupTraffic& before) const {
+  const int64_t ns = busy_ns - before.busy_ns;
+  return ns > 0 ? (bus_bytes - before.bus_bytes) / static_cast<double>(ns) : 0.0;
+}
+
+GroupTraffic FlightRecorder::traffic(int group) const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (group < 0 || static_cast<size_t>(group) >= traffic_.size()) return {};
+  return traffic_[static_cast<size_t>(group)];
+}
+
 void FlightRecorder::started(uint64_t id) {
   if (id == 0) return;
   const int64_t now = steady_ns();
@@ -279,6 +291,13 @@ void FlightRecorder::finished(uint64_t id, const std::exception_ptr& error) {
       if (r.started_ns == 0) r.started_ns = now;
       r.finished_ns = now;
       if (progress_) publish(r, false);
+      if (!error) {
+        GroupTraffic& t = traffic_[static_cast<size_t>(r.group)];
+        ++t.calls;
+        t.bytes += r.bytes;
+        t.bus_bytes += bus_bytes(r.op, r.bytes, groups_[static_cast<size_t>(r.group)]->size);
+        t.busy_ns += r.finished_ns - r.started_ns;
+      }
     }
     if (error && !dump_dir_.empty() && now - last_failure_dump_ns_ > 1000000000) {
       last_failure_dump_ns_ = now;

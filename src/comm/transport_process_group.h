@@ -66,7 +66,6 @@ class TransportProcessGroup : public ProcessGroup {
   int next_group_id_ = 0;
   std::vector<std::shared_ptr<void>> held_;
   FlightRecorder* recorder_;
-  int record_group_ = -1;  // this group in recorder_
   std::vector<int> global_ranks_;
   std::string name_;
   std::unique_ptr<Engine> engine_;  // last: destroyed first, so queued work drains with everything alive

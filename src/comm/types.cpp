@@ -29,6 +29,24 @@ const char* op_type_name(OpType op) {
   return "?";
 }
 
+double bus_bytes(OpType op, uint64_t call_bytes, int n) {
+  const double b = static_cast<double>(call_bytes);
+  switch (op) {
+    case OpType::kSend:
+    case OpType::kRecv: return b;
+    case OpType::kBarrier: return 0;
+    default: break;
+  }
+  if (n <= 1) return 0;
+  switch (op) {
+    case OpType::kAllreduce: return b * 2.0 * (n - 1) / n;
+    case OpType::kReduceScatter:
+    case OpType::kAllgather:
+    case OpType::kAllToAll: return b * (n - 1);
+    default: return b;  // broadcast, reduce
+  }
+}
+
 ReduceOp parse_reduce_op(const std::string& s) {
   if (s == "sum") return ReduceOp::kSum;
   if (s == "avg" || s == "mean") return ReduceOp::kAvg;

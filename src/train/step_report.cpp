@@ -15,6 +15,7 @@ void gather_step_report(StepReport& r, comm::ProcessGroup* pg, const MeshShape& 
   r.step_ms_per_rank = {r.step_s * 1e3};
   r.compute_ms_per_rank = {o.compute_s * 1e3};
   r.busy_ms_per_rank = {o.busy_ms};
+  r.data_wait_ms_per_rank = {r.data_wait_s * 1e3};
   r.peak_per_rank = {peak_bytes};
   r.activation_per_rank = {o.activation_bytes};
   if (!pg) return;
@@ -34,12 +35,13 @@ void gather_step_report(StepReport& r, comm::ProcessGroup* pg, const MeshShape& 
   w1->wait();
   w2->wait();
   double sum = 0, busy = 0, wall = 0;
-  r.step_ms_per_rank.clear(), r.compute_ms_per_rank.clear(), r.busy_ms_per_rank.clear();
+  r.step_ms_per_rank.clear(), r.compute_ms_per_rank.clear(), r.busy_ms_per_rank.clear(), r.data_wait_ms_per_rank.clear();
   r.peak_per_rank.clear(), r.activation_per_rank.clear();
   for (int k = 0; k < world; ++k) {
     sum += f[kF * k];
     r.step_ms_per_rank.push_back(f[kF * k + 1]);
     r.compute_ms_per_rank.push_back(f[kF * k + 2]);
+    r.data_wait_ms_per_rank.push_back(f[kF * k + 3]);
     r.busy_ms_per_rank.push_back(f[kF * k + 4]);
     busy += f[kF * k + 4];
     wall += f[kF * k + 5];
@@ -48,6 +50,18 @@ void gather_step_report(StepReport& r, comm::ProcessGroup* pg, const MeshShape& 
   }
   r.loss = sum / (world / shape.pp);
   if (shape.pp > 1) r.bubble_fraction = wall > 0 ? 1.0 - busy / wall : 0.0;
+}
+
+SlowestRank slowest_rank(const StepReport& r) {
+  const size_t n = r.compute_ms_per_rank.size();
+  if (n < 2 || r.data_wait_ms_per_rank.size() != n) return {};
+  std::vector<double> work(n);
+  for (size_t k = 0; k < n; ++k) work[k] = r.compute_ms_per_rank[k] + r.data_wait_ms_per_rank[k];
+  const int slow = static_cast<int>(std::max_element(work.begin(), work.end()) - work.begin());
+  std::vector<double> sorted = work;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[(n - 1) / 2];  // the lower middle: with 2 ranks, the faster one
+  return {slow, median > 0 ? work[static_cast<size_t>(slow)] / median - 1.0 : 0.0};
 }
 
 nlohmann::json metrics_line(const StepReport& r, const TrainConfig& cfg, ParallelModel& pm, const DeviceMesh& mesh,
@@ -80,7 +94,16 @@ nlohmann::json metrics_line(const StepReport& r, const TrainConfig& cfg, Paralle
                       {"step_ms_per_rank", r.step_ms_per_rank},
                       {"compute_ms_per_rank", r.compute_ms_per_rank},
                       {"data_wait_ms", r.data_wait_s * 1e3}};
-  if (mesh.world()) m["world_size"] = world;
+  if (mesh.world()) {
+    m["world_size"] = world;
+    m["data_wait_ms_per_rank"] = r.data_wait_ms_per_rank;
+    const SlowestRank slow = slowest_rank(r);
+    m["slowest_rank"] = slow.rank, m["slowest_rank_lag"] = slow.lag;
+  }
+  if (r.traffic.is_object()) {
+    if (!r.traffic["busbw_gbps"].empty()) m["busbw_gbps"] = r.traffic["busbw_gbps"];
+    if (!r.traffic["bytes"].empty()) m["comm_bytes_per_group"] = r.traffic["bytes"];
+  }
   m["mem_optimizer_bytes"] = run.mem_optimizer_per_rank;
   m["mem_grad_bytes"] = run.mem_grad_per_rank;
   m["mem_param_bytes"] = run.mem_param_per_rank;

@@ -26,10 +26,20 @@ struct StepReport {
   StepOutcome outcome;
   parallel::TpCommStats tp;
   // Per rank (this rank's alone without a group).
-  std::vector<double> step_ms_per_rank, compute_ms_per_rank, busy_ms_per_rank;
+  std::vector<double> step_ms_per_rank, compute_ms_per_rank, busy_ms_per_rank, data_wait_ms_per_rank;
   std::vector<int64_t> peak_per_rank, activation_per_rank;
   double bubble_fraction = -1;  // pipeline: 1 - compute / schedule time over every rank
+  nlohmann::json traffic;       // StepTraffic::end() of this rank
 };
+
+// The rank whose work (compute + data wait) took longest this step, and by how much it
+// exceeded the median rank's (the lower middle one: with two ranks, the other rank), as a
+// fraction (0.5 = 50% longer). {-1, 0} for one rank.
+struct SlowestRank {
+  int rank = -1;
+  double lag = 0;
+};
+SlowestRank slowest_rank(const StepReport& r);
 
 // Fills the per-rank figures from this rank's (`r.loss`: this rank's mean micro-batch loss,
 // weighted by `weight`, its share of the global batch) and makes `r.loss` the global batch's

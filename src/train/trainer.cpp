@@ -21,6 +21,7 @@
 #include "resume.h"
 #include "run_log.h"
 #include "step_report.h"
+#include "step_traffic.h"
 #include "run_record.h"
 #include "task_checks.h"
 #include "test_hooks.h"
@@ -311,8 +312,11 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
     log << "\n";
   };
 
+  StepTraffic traffic(mesh);
+  const double slow_rank_lag = env::get_double("PARATRAIN_SLOW_RANK_LAG");
   for (int64_t step = start_step; step < end_step; ++step) {
     const auto t0 = Clock::now();
+    traffic.begin();
     const long faults_before = monitor::minor_page_faults();
     const double step_lr = sched.at(step);
     if (plan.size() > 1) plan.group()->take_stats();  // this step's tensor-parallel traffic from here
@@ -340,6 +344,7 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
       pm.clip_and_step(cfg.grad_clip, norm);
     }
     const TpCommStats tp_stats = plan.size() > 1 ? plan.group()->take_stats() : TpCommStats{};
+    const nlohmann::json step_traffic = traffic.end();
     if (!skipped) mp.parameters_changed();  // the half copies are refreshed at the next forward
     mp.scaler().update();
     if (step == start_step) {  // memory per rank, as it stays between steps
@@ -359,6 +364,7 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
     StepReport report;
     report.step = step, report.lr = step_lr, report.norm = norm, report.loss_scale = loss_scale;
     report.skipped = skipped, report.data_wait_s = data_wait_s, report.outcome = outcome, report.tp = tp_stats;
+    report.traffic = step_traffic;
     report.step_s = seconds_since(t0);
     report.loss = outcome.loss_sum / static_cast<double>(cfg.grad_accum);
     gather_step_report(report, pg.get(), shape, weight, alloc.stats().peak_bytes_in_use);
@@ -399,6 +405,8 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
       if (plan.size() > 1 || pm.pipelined()) line << " | " << shape.str();
       if (plan.size() > 1) line << ", tp comm " << std::setprecision(1) << tp_stats.ms << " ms";
       if (pm.pipelined()) line << ", " << cfg.pp_schedule << " bubble " << std::setprecision(2) << report.bubble_fraction;
+      if (const SlowestRank slow = slowest_rank(report); slow.rank >= 0 && slow.lag > slow_rank_lag)
+        line << " | slowest rank " << slow.rank << " (+" << std::setprecision(0) << 100 * slow.lag << "% compute+data)";
       progress.update(step, line.str());
     }
     if (!cfg.checkpoint_dir.empty() &&

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "comm/comm_check.h"
 #include "paratrain/base/error.h"
@@ -78,6 +79,46 @@ TEST(FlightRecorder, RecordsStatesAndFields) {
   EXPECT_EQ(recs[2].state, RecordState::kFailed);
   EXPECT_EQ(recs[2].coll, 1);
   EXPECT_EQ(recs[2].peer, 0);
+}
+
+TEST(FlightRecorder, BusBytesFollowNcclTests) {
+  EXPECT_DOUBLE_EQ(bus_bytes(OpType::kAllreduce, 4000, 4), 4000 * 2.0 * 3 / 4);
+  EXPECT_DOUBLE_EQ(bus_bytes(OpType::kAllgather, 1000, 4), 1000 * 3.0);  // total 4000 x (n-1)/n
+  EXPECT_DOUBLE_EQ(bus_bytes(OpType::kReduceScatter, 1000, 4), 1000 * 3.0);
+  EXPECT_DOUBLE_EQ(bus_bytes(OpType::kAllToAll, 1000, 2), 1000.0);
+  EXPECT_DOUBLE_EQ(bus_bytes(OpType::kBroadcast, 1000, 8), 1000.0);
+  EXPECT_DOUBLE_EQ(bus_bytes(OpType::kSend, 1000, 2), 1000.0);
+  EXPECT_DOUBLE_EQ(bus_bytes(OpType::kAllreduce, 1000, 1), 0.0);
+  EXPECT_DOUBLE_EQ(bus_bytes(OpType::kBarrier, 0, 4), 0.0);
+}
+
+TEST(FlightRecorder, TrafficSumsCompletedCallsPerGroup) {
+  FlightRecorder fr(16);
+  const int g = fr.add_group("dp", "shm", 0, 4, {});
+  const int h = fr.add_group("tp", "shm", 0, 2, {});
+  const GroupTraffic before = fr.traffic(g);
+  EXPECT_EQ(before.calls, 0u);
+  const uint64_t a = fr.record(g, 0, OpType::kAllreduce, DType::F32, 1000, ReduceOp::kSum, -1, 0);
+  const uint64_t b = fr.record(g, 1, OpType::kAllgather, DType::BF16, 500, ReduceOp::kSum, -1, 0);
+  const uint64_t c = fr.record(g, 2, OpType::kAllreduce, DType::F32, 7, ReduceOp::kSum, -1, 0);
+  const uint64_t d = fr.record(h, 0, OpType::kSend, DType::F32, 10, ReduceOp::kSum, 1, 0);
+  fr.started(a);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  fr.finished(a);
+  fr.started(b);
+  fr.finished(b);
+  fr.finished(c, std::make_exception_ptr(CommError("boom")));  // a failure moves nothing
+  const GroupTraffic t = fr.traffic(g);
+  EXPECT_EQ(t.calls, 2u);
+  EXPECT_EQ(t.bytes, 4000u + 1000u);
+  EXPECT_DOUBLE_EQ(t.bus_bytes, 4000 * 1.5 + 1000 * 3.0);
+  EXPECT_GE(t.busy_ns, 2000000);  // a's 2 ms at least
+  EXPECT_NEAR(t.busbw_gbps_since(before), t.bus_bytes / static_cast<double>(t.busy_ns), 1e-12);
+  EXPECT_EQ(fr.traffic(h).calls, 0u);  // d has not finished
+  fr.finished(d);
+  EXPECT_EQ(fr.traffic(h).bytes, 40u);
+  EXPECT_EQ(t.busbw_gbps_since(t), 0.0);  // nothing between two equal snapshots
+  EXPECT_EQ(fr.traffic(99).calls, 0u);
 }
 
 TEST(FlightRecorder, AnOverwrittenRecordIsNotTouchedAndZeroCapacityIsOff) {

@@ -58,6 +58,18 @@ struct FlightRecord {
   int64_t enqueued_ns = 0, started_ns = 0, finished_ns = 0;  // steady clock; 0 = not yet
 };
 
+// What a group's completed calls moved, summed since the group was added: the source of the
+// achieved bus bandwidth of a training step (the difference of two snapshots). Calls whose
+// record the ring overwrote before they finished are not counted.
+struct GroupTraffic {
+  uint64_t calls = 0;     // completed calls
+  uint64_t bytes = 0;     // their FlightRecord::bytes
+  double bus_bytes = 0;   // comm::bus_bytes of each (nccl-tests)
+  int64_t busy_ns = 0;    // their started -> finished times, summed
+  // busbw in GB/s (bus bytes per ns) of what happened between `before` and this; 0 when idle.
+  double busbw_gbps_since(const GroupTraffic& before) const;
+};
+
 struct FlightGroup {
   int id = 0;
   std::string name;       // "world", "world/0", ...
@@ -131,6 +143,8 @@ class FlightRecorder {
 
   // The records still in the ring, oldest first.
   std::vector<FlightRecord> snapshot() const;
+  // Group `group`'s traffic so far (zeros for an unknown group or a disabled recorder).
+  GroupTraffic traffic(int group) const;
   std::string dump_json(const std::string& reason) const;
   // Writes DIR/rank_<R>.fr.json atomically; returns its path ("" without a directory).
   std::string dump(const std::string& reason);
@@ -149,6 +163,7 @@ class FlightRecorder {
   uint64_t next_id_ = 1;
   std::vector<std::unique_ptr<FlightGroup>> groups_;
   std::vector<int64_t> colls_;  // per group: collectives recorded so far
+  std::vector<GroupTraffic> traffic_;  // per group
   int top_level_groups_ = 0;
   FlightProgress* progress_ = nullptr;  // mapped DIR/rank_<R>.fr.progress
   int64_t last_failure_dump_ns_ = 0;

@@ -133,11 +133,14 @@ class ProcessGroup {
   virtual std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) = 0;
 
   const ProcessGroupOptions& options() const { return options_; }
+  // This group's id in FlightRecorder::instance() (-1: not recorded), e.g. for its traffic().
+  int record_group() const { return record_group_; }
 
  protected:
   int rank_ = 0;
   int size_ = 1;
   ProcessGroupOptions options_;
+  int record_group_ = -1;
 };
 
 // A group over `store` (every rank passes a store of the same key space) with the given

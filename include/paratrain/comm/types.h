@@ -21,4 +21,14 @@ const char* op_type_name(OpType op);
 // "sum" | "avg" | "max" | "min"; InputError otherwise.
 ReduceOp parse_reduce_op(const std::string& s);
 
+// nccl-tests' bus bytes of one call in a group of n ranks, from `call_bytes` = count x dtype
+// size of the call as the ProcessGroup API counts it (per-rank buffer for allreduce, broadcast,
+// reduce, send, recv; one rank's block for reduce_scatter, allgather, all_to_all):
+//   allreduce                          call_bytes x 2(n-1)/n
+//   reduce_scatter, allgather, a2a     call_bytes x (n-1)   (= total bytes x (n-1)/n)
+//   broadcast, reduce, send, recv      call_bytes
+//   barrier, or any collective of 1    0
+// bus bytes / time = busbw, comparable across ops and group sizes (and with `bench comm`).
+double bus_bytes(OpType op, uint64_t call_bytes, int n);
+
 }  // namespace paratrain::comm

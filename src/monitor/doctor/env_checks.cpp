@@ -38,6 +38,7 @@ const std::map<std::string, Rule>& rules() {
       {"PARATRAIN_STORE_EXTERNAL", {Kind::kBool}},
       {"PARATRAIN_STORE_PORT", {Kind::kPort}},
       {"PARATRAIN_PROFILE", {Kind::kBool}},
+      {"PARATRAIN_SLOW_RANK_LAG", {Kind::kNumber, 0}},
       {"PARATRAIN_LOG", {Kind::kChoice, 0, {"debug", "info", "warn", "error"}}},
       {"PARATRAIN_DEBUG", {Kind::kChoice, 0, {"detail", "off", "0"}}},
       {"PARATRAIN_SIMULATE_SLOWDOWN", {Kind::kRankPair}},

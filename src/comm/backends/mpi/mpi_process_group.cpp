@@ -390,7 +390,6 @@ class MpiProcessGroup : public ProcessGroup {
   MPI_Comm comm_;
   uint64_t seq_ = 0;
   FlightRecorder* recorder_;
-  int record_group_ = -1;
   int next_group_id_ = 0;
   std::string name_;
   std::unique_ptr<Engine> engine_;
