@@ -31,5 +31,6 @@ run "$HERE/train_tp_gpt_mini.sh" "$BUILD_DIR"
 run "$HERE/train_zero_gpt_mini.sh" "$BUILD_DIR"
 run "$HERE/train_pp_gpt_mini.sh" "$BUILD_DIR"
 run "$HERE/comm_allreduce.sh" "$BUILD_DIR"
+run "$HERE/telemetry_overhead.sh" "$BUILD_DIR"
 /usr/bin/python3 "$HERE/summary.py" "$BENCH_RESULTS_DIR" "$HERE/results/latest.json" "${failed[@]}"
 exit $status
