@@ -74,8 +74,9 @@ TEST_F(Telemetry, DataParallelBytesThroughputAndBusBandwidthMatchTheFormulasAndT
   for (const json& l : lines) {
     SCOPED_TRACE(l.dump());
     EXPECT_EQ(l["comm_bytes"].get<int64_t>(), grad_bytes);
-    // The flight recorder's count agrees with DDP's; after the first step DDP agrees its bucket
-    // order (rank 0 broadcasts one int64 per parameter tensor: 28 in gpt-nano).
+    // The flight recorder's count agrees with DDP's; in the second step (index 1) DDP also
+    // agrees the bucket order it recorded (rank 0 broadcasts one int64 per parameter tensor:
+    // 28 in gpt-nano).
     EXPECT_EQ(l["comm_bytes_per_group"]["dp"].get<int64_t>(), grad_bytes + (l["step"] == 1 ? 8 * kGptNanoTensors : 0));
     EXPECT_FALSE(l["comm_bytes_per_group"].contains("tp"));
     const double tokens_per_step = 2.0 * 4 * kT;  // 2 ranks x micro-batch 4 x block 64
