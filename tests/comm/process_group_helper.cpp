@@ -118,6 +118,28 @@ static int mismatch() {
 
 // Rank 1 joins only once rank 0 has timed out (an event: rank 0 writes a file, named by
 // MASTER_PORT, that rank 1 removed before the rendezvous), never after a fixed sleep.
+// The flight recorder under mpirun (PARATRAIN_FR_DUMP_DIR set by the test): three
+// allreduces, then each rank sends itself SIGUSR1 and waits (10 s at most) for its dump.
+static int fr_usr1() {
+  auto pg = create_process_group_from_env();
+  std::vector<float> x(256, 1.f);
+  for (int i = 0; i < 3; ++i) pg->allreduce(x.data(), x.size(), DType::F32)->wait();
+  const char* dir = std::getenv("PARATRAIN_FR_DUMP_DIR");
+  if (!dir) return 3;
+  const std::string dump = std::string(dir) + "/rank_" + std::to_string(pg->rank()) + ".fr.json";
+  ::raise(SIGUSR1);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (::access(dump.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (::access(dump.c_str(), F_OK) != 0) {
+    std::fprintf(stderr, "rank %d: no dump at %s after SIGUSR1\n", pg->rank(), dump.c_str());
+    return 1;
+  }
+  pg->barrier()->wait();
+  std::printf("rank %d: dumped (%s)\n", pg->rank(), pg->backend_name().c_str());
+  return 0;
+}
+
 static int deadline() {
   const char* port = std::getenv("MASTER_PORT");
   const std::string gone = std::string("/tmp/paratrain_pg_deadline_") + (port ? port : "0") + ".done";
@@ -302,6 +324,7 @@ int main(int argc, char** argv) {
     if (mode == "kill") return kill_mode();
     if (mode == "mismatch") return mismatch();
     if (mode == "deadline") return deadline();
+    if (mode == "fr_usr1") return fr_usr1();
     if (mode == "p2p_bw") return p2p_bw();
     if (mode == "p2p_swap") return p2p_swap();
     if (mode == "p2p_ring") return p2p_ring();

@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <filesystem>
 
 #include <chrono>
 #include <fstream>
@@ -247,6 +249,35 @@ TEST(MultiProcessMpi, EveryOpUnderMpirun) {
     EXPECT_EQ(r.codes[0], 0) << r.output;
     EXPECT_NE(r.output.find("(mpi)"), std::string::npos) << r.output;
   }
+}
+
+// The flight recorder under mpirun: both ranks' dumps (on SIGUSR1) hold the mpi group and
+// its three completed allreduces.
+TEST(MultiProcessMpi, FlightRecorderDumpsUnderMpirun) {
+  ASSERT_EQ(::access("/usr/bin/mpirun", X_OK), 0) << "mpirun is missing: scripts/install_deps.sh installs openmpi-bin";
+  std::string dir = (std::filesystem::temp_directory_path() / "pt_fr_mpi_XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  std::vector<std::vector<std::string>> argvs = {{"mpirun", "-np", "2", "--oversubscribe", "--allow-run-as-root", "--mca",
+                                                  "btl", "self,vader", "-x", "PARATRAIN_BACKEND=mpi", "-x",
+                                                  "PARATRAIN_FR_DUMP_DIR=" + dir, kHelper, "fr_usr1"}};
+  Result r = spawn(argvs, {{"OMPI_MCA_rmaps_base_oversubscribe=1"}}, 120);
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.codes[0], 0) << r.output;
+  for (int rank : {0, 1}) {
+    std::ifstream f(dir + "/rank_" + std::to_string(rank) + ".fr.json");
+    ASSERT_TRUE(f) << "rank " << rank << ": no dump\n" << r.output;
+    const nlohmann::json d = nlohmann::json::parse(f);
+    EXPECT_EQ(d["format"], "paratrain-flight-recorder/1");
+    EXPECT_EQ(d["rank"], rank);
+    EXPECT_EQ(d["reason"], "sigusr1");
+    ASSERT_FALSE(d["groups"].empty());
+    EXPECT_EQ(d["groups"][0]["backend"], "mpi");
+    int allreduces = 0;
+    for (const auto& rec : d["records"])
+      allreduces += rec["op"] == "allreduce" && rec["state"] == "completed" && rec["count"] == 256;
+    EXPECT_EQ(allreduces, 3) << d.dump();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // The same non-blocking pattern under mpirun (MPI_Isend / MPI_Irecv, completed in the
