@@ -112,5 +112,41 @@ TEST(MaxPool2d, ForwardBackward) {
   EXPECT_TRUE(grad_check(x, dx, loss, 1e-3f, 1e-3, 1e-2, 300));
 }
 
+// Unpadded windows (the CNN's 2x2 pool takes a path without bounds checks): the maximum and
+// its first position, ties to the first, a NaN propagates and the first NaN is kept (as the
+// padded path and PyTorch).
+TEST(MaxPool2d, UnpaddedWindowsTakeTheFirstMaximumAndTheFirstNaN) {
+  for (const auto& [K, s] : std::vector<std::pair<int64_t, int64_t>>{{2, 2}, {3, 2}, {3, 1}}) {
+    const int64_t N = 2, C = 2, H = 8, W = 9;
+    const int64_t Ho = conv2d_out_size(H, K, s, 0), Wo = conv2d_out_size(W, K, s, 0);
+    auto x = randn(N * C * H * W, 21);
+    for (size_t i = 0; i < x.size(); i += 5) x[i] = std::round(x[i]);  // ties
+    x[10] = std::numeric_limits<float>::quiet_NaN();
+    x[11] = std::numeric_limits<float>::quiet_NaN();
+    x[H * W + 3 * W + 4] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> out(N * C * Ho * Wo);
+    std::vector<int32_t> am(out.size());
+    maxpool2d_forward(out.data(), am.data(), x.data(), N, C, H, W, K, s, 0);
+    for (int64_t q = 0; q < N * C; ++q)
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          int64_t best = -1;
+          for (int64_t kh = 0; kh < K; ++kh)
+            for (int64_t kw = 0; kw < K; ++kw) {
+              const int64_t i = (oh * s + kh) * W + ow * s + kw;
+              const float v = x[q * H * W + i];
+              if (best < 0) best = i;
+              else if (const float m = x[q * H * W + best]; m == m && (v > m || v != v)) best = i;
+            }
+          const int64_t o = q * Ho * Wo + oh * Wo + ow;
+          SCOPED_TRACE(::testing::Message() << "K " << K << " s " << s << " window " << q << "," << oh << "," << ow);
+          EXPECT_EQ(am[o], best);
+          const float want = x[q * H * W + best];
+          if (want != want) EXPECT_TRUE(out[o] != out[o]);
+          else EXPECT_EQ(out[o], want);
+        }
+  }
+}
+
 }  // namespace
 }  // namespace paratrain::kernels::cpu
