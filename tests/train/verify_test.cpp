@@ -83,6 +83,19 @@ TEST_F(Verify, BrokenReductionFailsNamingTheStepAndTensor) {
   EXPECT_FALSE(j["per_step"][1]["replicas_identical"].get<bool>());
 }
 
+// With ZeRO the all-gather spreads rank 1's wrong piece to every rank: the replicas stay
+// identical and only the gradient check can see it.
+TEST_F(Verify, BrokenReductionUnderZero1IsCaughtByTheGradientCheck) {
+  Result r = launch2("--zero 1 --json v.json", "PARATRAIN_TEST_BREAK_REDUCTION=h.0.mlp.c_fc.weight:2");
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.codes[0], 1) << r.output;
+  const auto j = report("v.json");
+  EXPECT_EQ(j["failure"]["step"], 2) << r.output;
+  EXPECT_EQ(j["failure"]["tensor"], "h.0.mlp.c_fc.weight") << r.output;
+  for (const auto& s : j["per_step"]) EXPECT_TRUE(s["replicas_identical"].get<bool>()) << s;
+  EXPECT_GT(j["per_step"][1]["grad_rel"].get<double>(), 1e-3);
+}
+
 TEST_F(Verify, OneProcessRunsAndSaysItIsTriviallyConsistent) {
   Result r = single(args(""));
   ASSERT_TRUE(r.ok()) << r.output;
