@@ -46,6 +46,9 @@ const std::vector<VarInfo>& declared() {
       {"PARATRAIN_TEST_INJECT_INF", "",
        "test hook: R:N makes rank R put an inf into its reduced gradient at step N (0-based), so the loss scaler "
        "must skip that step on every rank"},
+      {"PARATRAIN_TEST_BREAK_REDUCTION", "",
+       "test hook: NAME:STEP makes data-parallel rank 1 perturb its reduced gradient of parameter NAME at step "
+       "STEP (1-based), as a broken all-reduce would; `paratrain verify` must name that step and tensor"},
   };
   return vars;
 }

@@ -14,6 +14,7 @@
 #include "paratrain/base/env.h"
 #include "paratrain/base/error.h"
 #include "train_cmd.h"
+#include "verify_cmd.h"
 #include "paratrain/version.h"
 
 namespace {
@@ -30,7 +31,8 @@ const char* kUsage =
     "  bench compute  measure this CPU's f32 peak (FMA throughput) and GEMM peak: MFU's denominator\n"
     "  doctor         check this machine (and, under a launcher, the job): pass/warn/fail, --json\n"
     "  plan           the layouts of a model on N devices: memory, step time, the one to use; --check, --print-schedule\n"
-    "  report         one self-contained HTML page of a run's charts from its metrics (and trace)\n";
+    "  report         one self-contained HTML page of a run's charts from its metrics (and trace)\n"
+    "  verify         check the gradient synchronisation of a training configuration: PASS or the first divergence\n";
 
 std::string rank_tag() {
   for (const char* v : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
@@ -54,6 +56,7 @@ int dispatch(int argc, char** argv) {
   if (cmd == "doctor") return paratrain::cli::run_doctor(argc - 1, argv + 1);
   if (cmd == "plan") return paratrain::cli::run_plan(argc - 1, argv + 1);
   if (cmd == "report") return paratrain::cli::run_report(argc - 1, argv + 1);
+  if (cmd == "verify") return paratrain::cli::run_verify(argc - 1, argv + 1);
   if (cmd == "data" || cmd == "bench") {
     const std::string sub = argc > 2 ? argv[2] : "";
     if (cmd == "data" && sub == "prepare") return paratrain::cli::run_data_prepare(argc - 2, argv + 2);

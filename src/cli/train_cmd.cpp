@@ -12,10 +12,7 @@
 
 namespace paratrain::cli {
 
-int run_train(int argc, char** argv) {
-  train::TrainConfig c;
-  CLI::App app{"Train a model: one process, or one per rank under paratrain launch, mpirun or srun (docs/ddp.md)", "train"};
-  app.option_defaults()->always_capture_default();
+void add_train_flags(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--model", c.model, "gpt-nano | gpt-mini | gpt2-124m | gpt | mlp | cnn")
       ->check(CLI::IsMember({"gpt-nano", "gpt-mini", "gpt2-124m", "gpt", "mlp", "cnn"}));
   app.add_option("--n-layer", c.n_layer, "GPT layers (0 = the preset's)");
@@ -95,6 +92,13 @@ int run_train(int argc, char** argv) {
   app.add_option("--checkpoint-dir", c.checkpoint_dir, "save the training state under this directory (docs/checkpoints.md)");
   app.add_option("--checkpoint-every", c.checkpoint_every, "save every N optimizer steps (0 = only after the last step)");
   app.add_flag("--resume", c.resume, "continue from the latest checkpoint in --checkpoint-dir (fresh start if none)");
+}
+
+int run_train(int argc, char** argv) {
+  train::TrainConfig c;
+  CLI::App app{"Train a model: one process, or one per rank under paratrain launch, mpirun or srun (docs/ddp.md)", "train"};
+  app.option_defaults()->always_capture_default();
+  add_train_flags(app, c);
   if (!parse_or_throw(app, argc, argv)) return 0;
   train::train(c, std::cerr);
   return 0;

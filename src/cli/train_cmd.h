@@ -3,7 +3,15 @@
 // throw InputError for bad usage or input (main prints one line and exits 2).
 #pragma once
 
+#include <CLI/CLI.hpp>
+
+#include "paratrain/train/config.h"
+
 namespace paratrain::cli {
+
+// Adds every `paratrain train` option to `app`, each bound to its field of `c` (the defaults
+// shown are c's values when this is called). Shared by train and verify.
+void add_train_flags(CLI::App& app, train::TrainConfig& c);
 
 int run_train(int argc, char** argv);
 int run_sample(int argc, char** argv);

@@ -81,6 +81,7 @@ ParallelModel::ParallelModel(const TrainConfig& cfg, Task& task, const DeviceMes
   opt_params_ = shards ? zero_pieces(*shards) : params_;
   opt_ = make_optimizer(cfg, opt_params_, lr);
   if (shards) zero_ = std::make_unique<ZeroOptimizer>(*shards, *opt_);
+  break_reduction_ = break_reduction_hook(mesh.coord().dp, params_);
 }
 
 void ParallelModel::zero_grad() {
@@ -125,6 +126,7 @@ void ParallelModel::finish() {
   if (tied_.active() && zero_) sum_tied_gradient();
   if (ddp_) ddp_->finish();    // .grad = mean over every micro-batch of every rank
   if (fsdp_) fsdp_->finish();  // this rank's shard of that mean
+  if (break_reduction_ && ++finished_steps_ == break_reduction_->step) break_reduction(*break_reduction_, params_, ddp_.get());
   if (tied_.active() && !zero_) sum_tied_gradient();
 }
 

@@ -28,6 +28,7 @@
 #include "paratrain/parallel/zero.h"
 #include "paratrain/train/config.h"
 #include "paratrain/train/task.h"
+#include "reduction_hook.h"
 
 namespace paratrain::train {
 
@@ -83,6 +84,8 @@ class ParallelModel {
   optim::NamedParams params_, opt_params_;
   std::unique_ptr<optim::Optimizer> opt_;
   std::unique_ptr<parallel::ZeroOptimizer> zero_;
+  std::optional<BreakReduction> break_reduction_;  // PARATRAIN_TEST_BREAK_REDUCTION
+  int64_t finished_steps_ = 0;
 };
 
 }  // namespace paratrain::train
