@@ -35,7 +35,10 @@ const std::vector<VarInfo>& declared() {
        "rank 0's progress line names the slowest rank when its compute + data-wait time exceeds the median "
        "rank's by more than this fraction"},
       {"PARATRAIN_PROFILE", "0", "1 = time every op forward and backward and print a table after training"},
-      {"PARATRAIN_LOG", "info", "log level: debug|info|warn|error"},
+      {"PARATRAIN_LOG", "info",
+       "diagnostic log level, for every subsystem and optionally per tag: LEVEL[,TAG=LEVEL...] with LEVEL "
+       "debug|info|warn|error and TAG general|comm|launch|train|data|checkpoint|parallel|monitor (e.g. "
+       "warn,comm=debug)"},
       {"PARATRAIN_SIMULATE_SLOWDOWN", "",
        "R:F makes rank R behave like a device F times slower (it idles (F-1) x its compute time before each "
        "backward pass); for trying --balance auto"},
@@ -43,6 +46,12 @@ const std::vector<VarInfo>& declared() {
        "test hook: R:N makes rank R SIGKILL itself while saving the checkpoint step_N, after its files and before "
        "the manifest (an incomplete checkpoint); only in a group's first attempt (TORCHELASTIC_RESTART_COUNT unset "
        "or 0)"},
+      {"PARATRAIN_TEST_STOP_AT_STEP", "",
+       "test hook: R:N makes rank R stop itself with SIGSTOP at the start of step N (0-based), a hung rank for the "
+       "launcher's --hang-timeout report"},
+      {"PARATRAIN_TEST_SKIP_ALLREDUCE", "",
+       "test hook: R:N makes rank R skip its first gradient bucket's all-reduce at step N (0-based; DDP without "
+       "ZeRO or --compress), a collective the other ranks wait for in vain"},
       {"PARATRAIN_TEST_INJECT_INF", "",
        "test hook: R:N makes rank R put an inf into its reduced gradient at step N (0-based), so the loss scaler "
        "must skip that step on every rank"},

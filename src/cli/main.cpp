@@ -13,6 +13,7 @@
 #include "report_cmd.h"
 #include "paratrain/base/env.h"
 #include "paratrain/base/error.h"
+#include "paratrain/base/log.h"
 #include "train_cmd.h"
 #include "verify_cmd.h"
 #include "paratrain/version.h"
@@ -50,6 +51,8 @@ int dispatch(int argc, char** argv) {
     std::cout << "paratrain " PARATRAIN_VERSION_STRING "\n";
     return 0;
   }
+  // A malformed PARATRAIN_LOG stops here with one line (exit 2); doctor reports it as a check.
+  if (cmd != "doctor") paratrain::log::configure_from_env();
   if (cmd == "train") return paratrain::cli::run_train(argc - 1, argv + 1);
   if (cmd == "sample") return paratrain::cli::run_sample(argc - 1, argv + 1);
   if (cmd == "launch") return paratrain::cli::run_launch(argc - 1, argv + 1);

@@ -15,6 +15,7 @@
 
 #include "paratrain/base/atomic_file.h"
 #include "paratrain/base/env.h"
+#include "paratrain/base/log.h"
 #include "paratrain/base/error.h"
 
 namespace paratrain::comm {
@@ -188,7 +189,7 @@ void FlightRecorder::open_progress() {
       try {
         dump("sigusr1");
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "paratrain: flight recorder: %s\n", e.what());
+        PT_LOG_ERROR(kComm, "flight recorder: ", e.what());
       }
     }
   }).detach();
@@ -319,7 +320,7 @@ void FlightRecorder::finished(uint64_t id, const std::exception_ptr& error) {
     try {
       dump(timeout ? "timeout" : "failure");
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "paratrain: flight recorder: %s\n", e.what());
+      PT_LOG_ERROR(kComm, "flight recorder: ", e.what());
     }
   }
 }
@@ -404,6 +405,7 @@ std::string FlightRecorder::dump(const std::string& reason) {
   }
   const std::string path = flight_dump_path(dump_dir_, rank);
   write_file_atomic(path, dump_json(reason));
+  PT_LOG_DEBUG(kComm, "flight recorder: dumped ", path, " (", reason, ")");
   std::lock_guard<std::mutex> l(mu_);
   if (progress_) {
     progress_->version.fetch_add(1, std::memory_order_acq_rel);

@@ -1,6 +1,7 @@
 // Group construction: the environment contract (DESIGN.md) and the backend choice.
 #include "comm/transport_process_group.h"
 #include "paratrain/base/env.h"
+#include "paratrain/base/log.h"
 #if PARATRAIN_HAVE_MPI
 #include "comm/backends/mpi/mpi_process_group.h"
 #endif
@@ -77,10 +78,15 @@ std::shared_ptr<ProcessGroup> create_process_group_from_env(const ProcessGroupOp
              "; or start the ranks with `paratrain launch` or mpirun)");
   const int store_port = launcher_store_port > 0 ? static_cast<int>(launcher_store_port) : e.master_port;
   std::shared_ptr<TcpStoreServer> server;
-  if (e.rank == 0 && launcher_store_port == 0 && !env::get_bool("PARATRAIN_STORE_EXTERNAL"))
+  if (e.rank == 0 && launcher_store_port == 0 && !env::get_bool("PARATRAIN_STORE_EXTERNAL")) {
     server = std::make_shared<TcpStoreServer>("", store_port, e.token);
+    PT_LOG_DEBUG(kComm, "hosting the job's store on port ", server->port());
+  }
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  PT_LOG_DEBUG(kComm, "connecting to the store at ", e.master_addr, ":", store_port,
+               launcher_store_port > 0 ? " (hosted by the launcher)" : "", ", deadline ", o.timeout_s, " s");
   auto store = std::make_shared<TcpStore>(e.master_addr, store_port, e.token, timeout, timeout);
+  PT_LOG_DEBUG(kComm, "store connected; rendezvous of ", e.world_size, " ranks (backend ", o.backend, ")");
   auto pg = std::make_shared<TransportProcessGroup>(std::make_shared<PrefixStore>("pg", store), e.rank,
                                                     e.world_size, o);
   pg->hold(store);

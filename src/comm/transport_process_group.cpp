@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "paratrain/base/env.h"
+#include "paratrain/base/log.h"
 
 namespace paratrain::comm {
 
@@ -57,6 +58,8 @@ TransportProcessGroup::TransportProcessGroup(std::shared_ptr<Store> store, int r
     for (int r = 0; r < size; ++r) global_ranks_.push_back(r);
   record_group_ = recorder_->add_group(name, transport_->name(), rank, size, global_ranks_);
   if (const FlightGroup* g = recorder_->group(record_group_)) name_ = g->name;
+  PT_LOG_DEBUG(kComm, "process group ", name_, " ready: backend ", transport_->name(), ", rank ", rank, " of ", size,
+               size == 1 ? "" : ", every rank met at the store");
   engine_ = std::make_unique<Engine>();
   p2p_ = std::make_unique<P2pEngine>(p2p_transport_.get(), options_.timeout_s,
                                      [this](const std::string& why) { engine_->set_broken(why); });

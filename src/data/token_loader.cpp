@@ -1,6 +1,7 @@
 #include "paratrain/data/token_loader.h"
 
 #include "paratrain/base/error.h"
+#include "paratrain/base/log.h"
 
 namespace paratrain::data {
 
@@ -55,7 +56,10 @@ TokenLoader::TokenLoader(std::shared_ptr<const TokenFile> file, int64_t block_si
                          uint64_t seed)
     : file_(std::move(file)),
       block_size_((check_block(file_->path(), block_size), block_size)),
-      order_(data::num_windows(file_->size(), block_size), layout, seed, file_what(*file_, block_size)) {}
+      order_(data::num_windows(file_->size(), block_size), layout, seed, file_what(*file_, block_size)) {
+  PT_LOG_DEBUG(kData, "token file ", file_->path(), ": ", file_->size(), " tokens, ",
+               data::num_windows(file_->size(), block_size), " windows of ", block_size + 1, " tokens, seed ", seed);
+}
 
 void TokenLoader::fill(int64_t step, int64_t micro_step, int64_t dp_rank, Tensor& inputs, Tensor& targets) {
   fill_windows(*file_, block_size_, order_.items(step, micro_step, dp_rank), inputs, targets);

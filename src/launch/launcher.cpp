@@ -32,6 +32,7 @@
 
 #include "paratrain/base/env.h"
 #include "paratrain/base/error.h"
+#include "paratrain/base/log.h"
 #include "launch/flight_watch.h"
 #include "paratrain/comm/store.h"
 #include "paratrain/launch/child_env.h"
@@ -347,6 +348,8 @@ int Launcher::run() {
       round.world_size = nproc;
     }
     const int store_port = rdzv ? rdzv->ranks_store_port(attempt) : ranks_server->port();
+    PT_LOG_DEBUG(kLaunch, "attempt ", attempt, " (restart ", attempt, " of at most ", o.max_restarts, "): ", nproc,
+                 " local ranks of ", round.world_size, ", the ranks' store on port ", store_port);
 
     // ---- (2) start the local ranks
     JobEnv job;
@@ -404,6 +407,7 @@ int Launcher::run() {
       p.rep.pid = s.pid;
       p.out = std::move(s.out);
       p.err = std::move(s.err);
+      PT_LOG_DEBUG(kLaunch, "spawned rank ", who.rank, " (local rank ", i, ", pid ", s.pid, "): ", exe);
     }
     report_.startup_s = seconds_since(t_attempt);
 
@@ -431,6 +435,7 @@ int Launcher::run() {
       }
       for (RankProc& p : ranks) {
         if (p.rep.exited) continue;
+        PT_LOG_DEBUG(kLaunch, "sending ", signal_name(sig), " to rank ", p.rep.rank, " (pid ", p.rep.pid, ")");
         signal_child(p.rep.pid, sig);
         p.rep.stopped = true;
       }
@@ -515,6 +520,8 @@ int Launcher::run() {
         p.out.reset();
         p.err.reset();
         p.rep.stderr_tail.assign(p.err_sink->tail().begin(), p.err_sink->tail().end());
+        PT_LOG_DEBUG(kLaunch, "rank ", p.rep.rank, " (pid ", p.rep.pid, ") exited: ", describe_status(p.rep), " after ",
+                     p.rep.run_s, " s");
         if (!job.error_dir.empty()) {
           std::string ef = error_file_path(job.error_dir, p.rep.rank);
           if (::access(ef.c_str(), F_OK) == 0) p.rep.error_file = ef;
@@ -636,6 +643,7 @@ int Launcher::run() {
       report_.restarts_used = attempt + 1;
       say(report_.failure + "; restarting the group (restart " + std::to_string(attempt + 1) + " of " +
           std::to_string(o.max_restarts) + ")");
+      PT_LOG_DEBUG(kLaunch, "restart ", attempt + 1, ": every local rank is reaped; starting the group again");
       continue;
     }
     if (rdzv && !result.store_lost) {

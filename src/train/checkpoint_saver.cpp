@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "paratrain/base/log.h"
 
 namespace paratrain::train {
 
@@ -44,6 +45,8 @@ void CheckpointSaver::save(int64_t done) {
   optim::Optimizer& opt = model_.optimizer();
   // The model in parts, one per (pipeline stage, tp index), written by their dp-rank-0 ranks.
   const bool parted = (plan.size() > 1 || model_.pipelined()) && !fsdp;
+  PT_LOG_DEBUG(kCheckpoint, "saving ", checkpoint::checkpoint_name(done), " in ", cfg_.checkpoint_dir,
+               zero ? " (optimizer shards)" : "", parted ? " (model parts)" : "", !zero && !parted && rank != 0 ? " (rank 0 writes it)" : "");
   if (!zero && !parted) {
     if (rank != 0) return before_manifest_(done);  // it writes no file of the checkpoint
     checkpoint::TrainingState st = run_state(done);

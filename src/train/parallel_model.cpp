@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "config_check.h"
+#include "test_hooks.h"
 #include "paratrain/base/error.h"
 #include "paratrain/nn/gpt.h"
 #include "paratrain/parallel/grad_compression.h"
@@ -73,6 +74,7 @@ ParallelModel::ParallelModel(const TrainConfig& cfg, Task& task, const DeviceMes
     // finish() reduces every bucket.
     o.find_unused_parameters = pipelined();
     o.reorder_buckets = !pipelined();
+    o.test_skip_allreduce_at = test_skip_allreduce_step(mesh.rank());  // test hook (PARATRAIN_TEST_SKIP_ALLREDUCE)
     ddp_ = std::make_unique<DistributedDataParallel>(model_, mesh.dp(), o);  // broadcasts dp rank 0's weights
   }
   params_ = model_.named_parameters();

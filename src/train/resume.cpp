@@ -1,6 +1,7 @@
 #include "resume.h"
 
 #include "paratrain/base/error.h"
+#include "paratrain/base/log.h"
 #include "run_record.h"
 
 namespace paratrain::train {
@@ -11,9 +12,13 @@ std::optional<checkpoint::TrainingState> find_resume_state(const TrainConfig& cf
   std::optional<checkpoint::TrainingState> resumed;
   if (!cfg.resume) log << "restart " << restart_count << " of the group: resuming from " << cfg.checkpoint_dir << "\n";
   const checkpoint::ResumePoint point = checkpoint::find_resume_point(cfg.checkpoint_dir);
+  PT_LOG_DEBUG(kCheckpoint, "resume point in ", cfg.checkpoint_dir, ": ",
+               point.checkpoint ? *point.checkpoint : std::string("none"), ", ", point.ignored.size(), " ignored");
   if (!point.ignored.empty()) log << ignored_checkpoints_warning(point) << "\n";
   if (const auto& ckpt = point.checkpoint) {
     resumed = checkpoint::load_training_state(*ckpt);
+    PT_LOG_DEBUG(kCheckpoint, "loaded ", *ckpt, ": step ", resumed->step, ", saved by ", resumed->world_size, " ranks, ",
+                 resumed->model.size(), " model tensors");
     check_resume_config(*ckpt, resumed->config, this_run);
     if (resumed->step > steps)
       PT_THROW(InputError, "cannot resume from ", *ckpt, ": it is at step ", resumed->step, ", beyond --steps ", steps);

@@ -1,12 +1,13 @@
 // The environment hooks tests use to make a run fail or slow down on purpose.
 #include "test_hooks.h"
 
-#include <iostream>
+#include <csignal>
 #include <limits>
 #include <stdexcept>
 
 #include "paratrain/base/env.h"
 #include "paratrain/base/error.h"
+#include "paratrain/base/log.h"
 
 namespace paratrain::train {
 
@@ -57,10 +58,30 @@ void inject_inf(const optim::NamedParams& params, int rank, int64_t step) {
     Tensor g = p.grad();
     if (!g.defined() || g.numel() == 0 || g.dtype() != DType::F32) continue;
     g.data<float>()[0] = std::numeric_limits<float>::infinity();
-    std::cerr << "rank " << rank << ": PARATRAIN_TEST_INJECT_INF: inf in the gradient of " << name << " at step "
-              << step << "\n";
+    PT_LOG_WARN(kTrain, "PARATRAIN_TEST_INJECT_INF: inf in the gradient of ", name, " at step ", step, " (rank ",
+                rank, ")");
     return;
   }
+}
+
+// PARATRAIN_TEST_STOP_AT_STEP=R:N, a test hook: rank R stops itself (SIGSTOP) at the start
+// of step N (0-based), before any collective of that step, so the other ranks wait in that
+// step's first collective (a hung rank that is alive); -1 on other ranks and when unset.
+int64_t test_stop_at_step(int rank) {
+  const auto rs = rank_and_step("PARATRAIN_TEST_STOP_AT_STEP", 0);
+  return rs && rs->first == rank ? rs->second : -1;
+}
+
+void stop_this_rank(int rank, int64_t step) {
+  PT_LOG_WARN(kTrain, "PARATRAIN_TEST_STOP_AT_STEP: rank ", rank, " stops itself (SIGSTOP) at step ", step);
+  std::raise(SIGSTOP);
+}
+
+// PARATRAIN_TEST_SKIP_ALLREDUCE=R:N, a test hook: rank R's DDP does not launch its first
+// bucket's all-reduce at step N (DdpOptions::test_skip_allreduce_at); -1 elsewhere and unset.
+int64_t test_skip_allreduce_step(int rank) {
+  const auto rs = rank_and_step("PARATRAIN_TEST_SKIP_ALLREDUCE", 0);
+  return rs && rs->first == rank ? rs->second : -1;
 }
 
 // PARATRAIN_SIMULATE_SLOWDOWN=R:F -> F on rank R (1 elsewhere): the rank idles (F-1) x its

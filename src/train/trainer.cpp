@@ -29,6 +29,7 @@
 #include "paratrain/autograd/autocast.h"
 #include "paratrain/autograd/profiler.h"
 #include "paratrain/base/env.h"
+#include "paratrain/base/log.h"
 #include "paratrain/checkpoint/safetensors.h"
 #include "paratrain/checkpoint/training_state.h"
 #include "paratrain/comm/process_group.h"
@@ -169,6 +170,8 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
   else if (!cfg.init_from.empty())
     model.load_state_dict(checkpoint::load_safetensors(cfg.init_from), true, "transformer.");
   const int64_t start_step = resumed ? resumed->step : 0;
+  PT_LOG_DEBUG(kTrain, "rank ", rank, " of ", world, " (", shape.str(), "): steps ", start_step, " to ", steps,
+               resumed ? " (resumed)" : "", ", micro-batch ", micro_batch, " x grad-accum ", cfg.grad_accum);
   // Where this call stops: the last step, or stop_at_step (a run in sessions).
   const int64_t end_step =
       std::max(start_step, cfg.stop_at_step > 0 ? std::min<int64_t>(cfg.stop_at_step, steps) : steps);
@@ -209,6 +212,7 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
   // ZeRO 3 keeps no copy of the whole model across steps: each forward casts what it uses.
   autograd::WeightCastCache* const half_copies = fsdp ? nullptr : mp.half_copies();
   const int64_t inject_inf_step = test_inject_inf_step(rank);
+  const int64_t stop_at_step = test_stop_at_step(rank);
   if (resumed) {
     // The checkpoint holds the whole state (any layout saved it); this rank's tensor-parallel
     // part of it, then (ZeRO) its pieces of that.
@@ -228,8 +232,8 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
   // files and before the manifest, leaving an incomplete checkpoint (test hook).
   auto die_if_told = [&](int64_t done) {
     if (done != kill_in_save) return;
-    std::cerr << "rank " << rank << ": PARATRAIN_TEST_KILL_IN_SAVE: killing this rank while it saves "
-              << checkpoint::checkpoint_name(done) << " (before the manifest)" << std::endl;
+    PT_LOG_WARN(kTrain, "PARATRAIN_TEST_KILL_IN_SAVE: killing this rank while it saves ",
+                checkpoint::checkpoint_name(done), " (before the manifest)");
     std::raise(SIGKILL);
   };
   CheckpointSaver saver(cfg, *task, pm, mesh, mp, this_run, die_if_told);
@@ -264,7 +268,7 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
   if (cfg.balance == "auto" && world == 1) log << "--balance auto: one rank, nothing to balance\n";
   const double slowdown = simulated_slowdown(rank);
   if (slowdown > 1.0)
-    std::cerr << "rank " << rank << ": PARATRAIN_SIMULATE_SLOWDOWN makes this rank " << slowdown << "x slower\n";
+    PT_LOG_WARN(kTrain, "PARATRAIN_SIMULATE_SLOWDOWN makes this rank ", slowdown, "x slower");
   data::BatchPrefetcher prefetcher(
       [&task](const data::BatchRequest& r, Tensor& x, Tensor& y) { task->fill(r, x, y); });
   auto request = [&](int64_t s, int64_t k) {
@@ -315,6 +319,7 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
   StepTraffic traffic(mesh);
   const double slow_rank_lag = env::get_double("PARATRAIN_SLOW_RANK_LAG");
   for (int64_t step = start_step; step < end_step; ++step) {
+    if (step == stop_at_step) stop_this_rank(rank, step);  // test hook: a hung, live rank
     const auto t0 = Clock::now();
     traffic.begin();
     const long faults_before = monitor::minor_page_faults();

@@ -273,7 +273,7 @@ TEST_F(Resume, RankKilledDuringTheFirstSaveRestartsFreshAndEqualsUninterrupted) 
   const int rc = launch_with_kill_in_save(
       "0:2", args + "--checkpoint-dir ck --checkpoint-every 2 --save-final restarted.st", &out);
   ASSERT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("rank 0: PARATRAIN_TEST_KILL_IN_SAVE: killing this rank while it saves step_2"),
+  EXPECT_NE(out.find("[rank 0 train] warn: PARATRAIN_TEST_KILL_IN_SAVE: killing this rank while it saves step_2"),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("restarts used: 1 of 1"), std::string::npos) << out;
@@ -299,7 +299,7 @@ TEST_F(Resume, ZeroRankKilledDuringTheFirstSaveRestartsFreshAndEqualsUninterrupt
   const int rc = launch_with_kill_in_save(
       "1:2", args + "--checkpoint-dir ck --checkpoint-every 2 --save-final restarted.st", &out);
   ASSERT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("rank 1: PARATRAIN_TEST_KILL_IN_SAVE: killing this rank while it saves step_2"),
+  EXPECT_NE(out.find("[rank 1 train] warn: PARATRAIN_TEST_KILL_IN_SAVE: killing this rank while it saves step_2"),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("warning: ignoring incomplete checkpoint ck/step_2 "), std::string::npos) << out;

@@ -79,6 +79,10 @@ struct DdpOptions {
   int zero_stage = 0;                // 1|2: reduce-scatter into per-rank shards (ZeRO; header comment)
   double timeout_s = 0;              // finish() deadline per bucket; 0 = the group's deadline
   CompressOptions compress;          // what travels instead of f32 buckets (grad_compression.h)
+  // Test hook (PARATRAIN_TEST_SKIP_ALLREDUCE): at this synchronised step (0-based count of
+  // finish() calls) this rank does not launch its first bucket's all-reduce (plain f32 buckets
+  // only), a collective its peers then wait for in vain; -1 = never.
+  int64_t test_skip_allreduce_at = -1;
 };
 
 // Timings of the last finish(), in milliseconds.

@@ -9,6 +9,7 @@
 #include "monitor/doctor/check_util.h"
 #include "paratrain/base/env.h"
 #include "paratrain/base/error.h"
+#include "paratrain/base/log.h"
 
 extern char** environ;
 
@@ -20,7 +21,7 @@ using detail::make;
 // What a declared variable's value must look like. Variables declared later in
 // src/base/env.cpp that are not listed here are checked by their default's form (an
 // integer default: an integer), else accepted as text.
-enum class Kind { kText, kInt, kNumber, kBool, kPort, kChoice, kRankPair };
+enum class Kind { kText, kInt, kNumber, kBool, kPort, kChoice, kRankPair, kLogSpec };
 struct Rule {
   Kind kind;
   double min = 0;
@@ -39,11 +40,13 @@ const std::map<std::string, Rule>& rules() {
       {"PARATRAIN_STORE_PORT", {Kind::kPort}},
       {"PARATRAIN_PROFILE", {Kind::kBool}},
       {"PARATRAIN_SLOW_RANK_LAG", {Kind::kNumber, 0}},
-      {"PARATRAIN_LOG", {Kind::kChoice, 0, {"debug", "info", "warn", "error"}}},
+      {"PARATRAIN_LOG", {Kind::kLogSpec}},
       {"PARATRAIN_DEBUG", {Kind::kChoice, 0, {"detail", "off", "0"}}},
       {"PARATRAIN_SIMULATE_SLOWDOWN", {Kind::kRankPair}},
       {"PARATRAIN_TEST_KILL_IN_SAVE", {Kind::kRankPair}},
       {"PARATRAIN_TEST_INJECT_INF", {Kind::kRankPair}},
+      {"PARATRAIN_TEST_STOP_AT_STEP", {Kind::kRankPair}},
+      {"PARATRAIN_TEST_SKIP_ALLREDUCE", {Kind::kRankPair}},
   };
   return r;
 }
@@ -94,6 +97,7 @@ void validate(const env::VarInfo& v, const std::string& value) {
       }
       return;
     }
+    case Kind::kLogSpec: log::parse(value); return;  // LEVEL[,TAG=LEVEL...] (base/log.h)
     case Kind::kRankPair: {  // R:N
       auto colon = value.find(':');
       if (colon == std::string::npos || !is_number(value.substr(0, colon)) || !is_number(value.substr(colon + 1)))

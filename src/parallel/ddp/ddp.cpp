@@ -25,6 +25,7 @@
 
 #include "paratrain/autograd/engine.h"
 #include "paratrain/base/error.h"
+#include "paratrain/base/log.h"
 #include "parallel/flat_ops.h"
 #include "parallel/same_model.h"
 
@@ -67,6 +68,7 @@ struct DistributedDataParallel::Impl {
   int next_launch = 0;
   bool no_sync = false;
   bool recording = true;  // the first synchronised pass records the ready order
+  int64_t syncs = 0;      // finish() calls completed (DdpOptions::test_skip_allreduce_at)
   std::vector<int> ready_order;
   bool rebuild_pending = false, rebuilt = false;
   bool any_launched = false;
@@ -150,6 +152,11 @@ struct DistributedDataParallel::Impl {
     // Default mode: the average is taken inside the all-reduce (the division happens where
     // the sums are formed, on the group's thread, overlapped), so finish() has no pass left.
     Tensor& buf = opts.deterministic ? b.accum : b.flat;
+    if (syncs == opts.test_skip_allreduce_at && &b == &buckets.front()) {  // test hook (DdpOptions)
+      PT_LOG_WARN(kParallel, "PARATRAIN_TEST_SKIP_ALLREDUCE: rank ", rank, " skips the all-reduce of its first bucket (",
+                  b.flat.numel(), " values) at step ", syncs);
+      return;
+    }
     b.work = pg->allreduce(buf.data_ptr(), static_cast<size_t>(buf.numel()), DType::F32,
                            opts.deterministic ? comm::ReduceOp::kSum : comm::ReduceOp::kAvg);
   }
@@ -436,6 +443,7 @@ void DistributedDataParallel::finish() {
   im.stats.bytes = im.communicates() ? bytes : 0;
   im.stats.bytes_uncompressed = im.communicates() ? (sharded ? bytes : bytes_f32) : 0;
   im.reset_step_state();
+  ++im.syncs;
   if (im.recording) {
     im.recording = false;
     if (im.opts.reorder_buckets && im.communicates()) im.rebuild_pending = true;
