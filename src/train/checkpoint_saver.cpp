@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <string>
 
+#include "paratrain/base/trace.h"
+
 
 namespace paratrain::train {
 
@@ -34,6 +36,8 @@ checkpoint::TrainingState CheckpointSaver::run_state(int64_t done) const {
 }
 
 void CheckpointSaver::save(int64_t done) {
+  trace::Span span("checkpoint save", "train");
+  span.num("step", static_cast<double>(done));
   const MeshShape& shape = mesh_.shape();
   const MeshCoord me = mesh_.coord();
   const int rank = mesh_.rank(), world = shape.world();
@@ -107,3 +111,4 @@ void CheckpointSaver::save(int64_t done) {
 }
 
 }  // namespace paratrain::train
+
