@@ -170,8 +170,9 @@ TEST_F(TraceCmd, PipelineStagesSendAndReceive) {
     int sends = 0, recvs = 0;
     for (const auto& s : all) {
       if (s.pid != rank || s.cat != "comm") continue;
-      if (s.name == "send") ++sends, EXPECT_EQ(s.args["peer"], 1 - rank);
-      if (s.name == "recv") ++recvs, EXPECT_EQ(s.args["peer"], 1 - rank);
+      if (s.name != "send" && s.name != "recv") continue;
+      ++(s.name == "send" ? sends : recvs);
+      EXPECT_EQ(s.args["peer"], 1 - rank) << s.name;
     }
     EXPECT_GE(sends, 2) << "rank " << rank;  // activations forward, gradients back, per micro-batch
     EXPECT_GE(recvs, 2) << "rank " << rank;
