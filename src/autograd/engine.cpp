@@ -40,6 +40,7 @@ void record(const std::shared_ptr<Node>& node, const std::vector<const Tensor*>&
     edges.push_back(std::move(e));
   }
   node->set_num_outputs(static_cast<int>(outputs.size()));
+  if (trace::enabled()) node->trace_label = trace::current_label();
   node->output_shapes.clear();
   for (size_t i = 0; i < outputs.size(); ++i) {
     Tensor* out = outputs[i];
@@ -127,10 +128,12 @@ void backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
     s.owned[root_meta->output_nr] = owned;
   }
 
+  detail::BackwardSpans spans;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* node = it->get();
     auto found = pending.find(node);
     if (found == pending.end()) continue;  // no gradient reached this node
+    spans.at(*node);
     std::vector<Tensor> grads_out = std::move(found->second.grads);
     pending.erase(found);
     std::vector<Tensor> grads_in;

@@ -2,7 +2,10 @@
 // (split_backward.cpp); private to src/autograd. Inline, so backward() compiles as before.
 #pragma once
 
+#include <string>
+
 #include "paratrain/autograd/node.h"
+#include "paratrain/base/trace.h"
 #include "paratrain/kernels/registry.h"
 #include "paratrain/tensor/tensor.h"
 
@@ -53,5 +56,34 @@ inline void fire_hooks(AutogradMeta& meta) {
   if (meta.grad_ready_hooks.empty() || !meta.grad) return;
   for (auto& h : meta.grad_ready_hooks) h(*meta.grad);
 }
+
+// The backward's trace spans: one "backward <label>" span per run of nodes that carry the
+// same scope label (Node::trace_label); at() before each node, the destructor closes the last.
+// `prefix` (static): "backward " (the whole backward, or its input-gradient part) or
+// "backward weights " (the deferred weight-gradient part of a split backward).
+class BackwardSpans {
+ public:
+  explicit BackwardSpans(const char* prefix = "backward ") : prefix_(prefix) {}
+  BackwardSpans(const BackwardSpans&) = delete;
+  BackwardSpans& operator=(const BackwardSpans&) = delete;
+  ~BackwardSpans() { close(); }
+  void at(const Node& n) {
+    if (n.trace_label == label_ || !trace::enabled()) return;
+    close();
+    label_ = n.trace_label;
+    if (label_) start_ = trace::now_ns();
+  }
+  void close() {
+    if (!label_) return;
+    trace::complete(trace::intern(std::string(prefix_) + label_), "backward", trace::this_thread_track(), start_,
+                    trace::now_ns());
+    label_ = nullptr;
+  }
+
+ private:
+  const char* prefix_;
+  const char* label_ = nullptr;
+  int64_t start_ = 0;
+};
 
 }  // namespace paratrain::autograd::detail

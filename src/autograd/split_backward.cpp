@@ -159,6 +159,7 @@ void DeferredWeightGradients::run() {
   if (st->root_node) slots.add(st->root_node.get(), st->root_output_nr, st->seed);
   st->seed = Tensor();
   st->root_node.reset();
+  detail::BackwardSpans spans("backward weights ");
   for (auto& step : st->steps) {
     if (step.inner) {
       std::function<void()> inner = std::move(step.inner);
@@ -167,6 +168,7 @@ void DeferredWeightGradients::run() {
     }
     if (step.kind == State::Kind::kInner) continue;
     Node* node = step.node.get();
+    spans.at(*node);
     std::vector<Tensor> grads_out;
     if (step.kind == State::Kind::kRest) {
       grads_out = std::move(step.grad_outputs);
@@ -295,6 +297,7 @@ DeferredWeightGradients split_backward_impl(const Tensor& root, const Tensor& gr
   }
 
   using Kind = DeferredWeightGradients::State::Kind;
+  detail::BackwardSpans spans;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* node = it->get();
     if (!reaches.count(node)) {
@@ -303,6 +306,7 @@ DeferredWeightGradients split_backward_impl(const Tensor& root, const Tensor& gr
     }
     std::vector<Tensor> grads_out;
     if (!slots.take(node, grads_out)) continue;  // no gradient reached this node
+    spans.at(*node);
     // The node's edges towards the inputs stay active for I; the others wait for W.
     auto& edges = node->next_edges();
     std::vector<Edge> rest(edges.size());

@@ -88,6 +88,9 @@ void add_train_flags(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--eval-every", c.eval_every, "evaluate every N steps (0 = only after the last step)");
   app.add_option("--eval-batches", c.eval_batches, "validation batches per evaluation (GPT; a batch is micro-batch x ranks windows, shared by the ranks)");
   app.add_option("--metrics", c.metrics, "write one JSON line per step to this file");
+  app.add_option("--trace", c.trace_dir,
+                 "write a timeline to this directory: rank<R>.trace.json per rank and trace.json merged "
+                 "(Chrome trace-event JSON; open in Perfetto)");
   app.add_flag("--quiet", c.quiet, "no progress line");
   app.add_option("--checkpoint-dir", c.checkpoint_dir, "save the training state under this directory (docs/checkpoints.md)");
   app.add_option("--checkpoint-every", c.checkpoint_every, "save every N optimizer steps (0 = only after the last step)");

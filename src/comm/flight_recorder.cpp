@@ -17,6 +17,7 @@
 #include "paratrain/base/env.h"
 #include "paratrain/base/log.h"
 #include "paratrain/base/error.h"
+#include "paratrain/base/trace.h"
 
 namespace paratrain::comm {
 namespace {
@@ -51,6 +52,26 @@ std::string host_name() {
   char h[256] = {};
   if (::gethostname(h, sizeof(h) - 1) != 0) return "?";
   return h;
+}
+
+// One finished call as a trace event "<op>" on its group's track. algbw = the operation's
+// size over its time; the size is the whole buffer for allgather / reduce_scatter / all_to_all
+// (the count is one rank's part), the buffer otherwise; busbw = comm::bus_bytes over the time
+// (nccl-tests' conventions).
+void trace_call(const FlightRecord& r, int group_size, uint32_t track) {
+  const double seconds = static_cast<double>(r.finished_ns - r.started_ns) * 1e-9;
+  const bool whole = r.op == OpType::kAllgather || r.op == OpType::kReduceScatter || r.op == OpType::kAllToAll;
+  const double size = static_cast<double>(r.bytes) * (whole ? group_size : 1);
+  const double algbw = seconds > 0 ? size / seconds / 1e9 : 0.0;
+  trace::Args a;
+  a.num("bytes", static_cast<double>(r.bytes)).num("count", static_cast<double>(r.count));
+  a.str("dtype", dtype_name(r.dtype)).num("seq", static_cast<double>(r.seq));
+  if (r.peer >= 0) a.num("peer", r.peer);
+  const double busbw = seconds > 0 ? bus_bytes(r.op, r.bytes, group_size) / seconds / 1e9 : 0.0;
+  a.num("algbw_gbps", algbw).num("busbw_gbps", busbw);
+  if (r.trace_tag) a.num(r.trace_tag, static_cast<double>(r.trace_tag_value));
+  if (r.state == RecordState::kFailed) a.str("state", "failed");
+  trace::complete(op_type_name(r.op), "comm", track, r.started_ns, r.finished_ns, a);
 }
 
 // ---- SIGUSR1: the handler writes one byte to a pipe; the recorder's thread dumps.
@@ -154,6 +175,7 @@ int FlightRecorder::add_group(std::string name, const std::string& backend, int 
   groups_.push_back(std::move(g));
   colls_.push_back(0);
   traffic_.emplace_back();
+  trace_tracks_.push_back(0);
   if (!dump_dir_.empty() && !progress_) open_progress();
   return groups_.back()->id;
 }
@@ -254,6 +276,9 @@ uint64_t FlightRecorder::record(int group, uint64_t seq, OpType op, DType dtype,
   r.enqueued_ns = now;
   r.started_ns = 0;
   r.finished_ns = 0;
+  const trace::CallTag call_tag = trace::enabled() ? trace::current_call_tag() : trace::CallTag{};
+  r.trace_tag = call_tag.key;
+  r.trace_tag_value = call_tag.value;
   if (progress_) publish(r, true);
   return id;
 }
@@ -284,6 +309,9 @@ void FlightRecorder::finished(uint64_t id, const std::exception_ptr& error) {
   const int64_t now = steady_ns();
   bool dump_now = false;
   bool timeout = false;
+  std::optional<FlightRecord> traced;  // copied under the lock, emitted after it
+  int group_size = 1;
+  uint32_t track = 0;
   {
     std::lock_guard<std::mutex> l(mu_);
     FlightRecord& r = ring_[id % capacity_];
@@ -298,6 +326,14 @@ void FlightRecorder::finished(uint64_t id, const std::exception_ptr& error) {
         t.bytes += r.bytes;
         t.bus_bytes += bus_bytes(r.op, r.bytes, groups_[static_cast<size_t>(r.group)]->size);
         t.busy_ns += r.finished_ns - r.started_ns;
+      }
+      if (trace::enabled()) {
+        traced = r;
+        const FlightGroup& g = *groups_[static_cast<size_t>(r.group)];
+        group_size = g.size;
+        uint32_t& t = trace_tracks_[static_cast<size_t>(r.group)];
+        if (t == 0) t = trace::track("comm " + g.name);
+        track = t;
       }
     }
     if (error && !dump_dir_.empty() && now - last_failure_dump_ns_ > 1000000000) {
@@ -315,6 +351,7 @@ void FlightRecorder::finished(uint64_t id, const std::exception_ptr& error) {
       }
     }
   }
+  if (traced) trace_call(*traced, group_size, track);
   // On the failing thread: the process may exit right after this failure.
   if (dump_now) {
     try {

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "paratrain/base/error.h"
+#include "paratrain/base/trace.h"
 
 namespace paratrain::data {
 
@@ -44,6 +45,9 @@ void BatchPrefetcher::worker_loop() {
     lock.unlock();
     std::exception_ptr error;
     try {
+      if (trace::enabled()) trace::set_thread_name("data loader");
+      trace::Span span("load batch", "data");
+      span.num("step", static_cast<double>(req.step)).num("micro_step", static_cast<double>(req.micro_step));
       fill_(req, slot->batch.inputs, slot->batch.targets);
     } catch (...) {
       error = std::current_exception();
@@ -101,9 +105,15 @@ const Batch& BatchPrefetcher::next(const BatchRequest& request) {
   }
   auto& front = queue_.front();
   const auto t0 = std::chrono::steady_clock::now();
+  const int64_t t0_ns = trace::enabled() ? trace::now_ns() : 0;
   const bool ready = cv_.wait_until(lock, t0 + std::chrono::duration<double>(timeout_s_),
                                     [&] { return front->state == Slot::State::Ready; });
   wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (trace::enabled())  // the wait for this batch (near zero when the worker was ahead)
+    trace::complete("data wait", "data", trace::this_thread_track(), t0_ns, trace::now_ns(),
+                    trace::Args()
+                        .num("step", static_cast<double>(request.step))
+                        .num("micro_step", static_cast<double>(request.micro_step)));
   if (!ready)
     PT_THROW(TimeoutError, "data loader: the batch of ", request.str(), " was not ready within ", timeout_s_,
              " s (the background worker is stuck)");

@@ -3,11 +3,33 @@
 #include "paratrain/autograd/checkpoint.h"
 
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include "paratrain/autograd/engine.h"
 #include "paratrain/autograd/ops.h"
+#include "paratrain/base/trace.h"
 
 namespace paratrain::nn {
+
+namespace {
+// One part of the model's forward when tracing (base/trace.h): a span "forward <part>" (part
+// "embedding", "block <index>", "ln_f", "head"), and the part as the scope label of the autograd
+// nodes recorded meanwhile, so the backward shows "backward <part>". Nothing when off.
+class ForwardPart {
+ public:
+  explicit ForwardPart(const char* part, int64_t index = -1) {
+    if (!trace::enabled()) return;
+    const char* label = index < 0 ? part : trace::intern(std::string(part) + " " + std::to_string(index));
+    label_.emplace(label);
+    span_.emplace(std::string("forward ") + label, "forward", true);
+  }
+
+ private:
+  std::optional<trace::LabelScope> label_;
+  std::optional<trace::Span> span_;  // closed before the label is restored
+};
+}  // namespace
 
 GPTConfig GPTConfig::preset(const std::string& name) {
   GPTConfig c;
@@ -138,8 +160,16 @@ Tensor GPT::hidden_states(const Tensor& tokens) const {
   if (tokens.dim() != 2) PT_THROW(InputError, "GPT input must be (B,T) token ids, got ", shape_str(tokens.shape()));
   if (tokens.size(1) > cfg_.block_size)
     PT_THROW(InputError, "sequence length ", tokens.size(1), " exceeds the block size ", cfg_.block_size);
-  Tensor x = wte->forward_with_positions(tokens, *wpe);
-  for (const auto& block : h) x = block->forward(x);
+  Tensor x;
+  {
+    ForwardPart part("embedding");
+    x = wte->forward_with_positions(tokens, *wpe);
+  }
+  for (size_t i = 0; i < h.size(); ++i) {
+    ForwardPart part("block", static_cast<int64_t>(i));
+    x = h[i]->forward(x);
+  }
+  ForwardPart part("ln_f");
   return ln_f->forward(x);
 }
 
@@ -153,13 +183,21 @@ Tensor GPT::stage_forward(const Tensor& x, int64_t first_block, int64_t end_bloc
     if (x.dim() != 2) PT_THROW(InputError, "GPT first stage input must be (B,T) token ids, got ", shape_str(x.shape()));
     if (x.size(1) > cfg_.block_size)
       PT_THROW(InputError, "sequence length ", x.size(1), " exceeds the block size ", cfg_.block_size);
+    ForwardPart part("embedding");
     out = wte->forward_with_positions(x, *wpe);
   } else if (x.dim() != 3 || x.size(2) != cfg_.n_embd) {
     PT_THROW(InputError, "GPT stage input must be (B,T,", cfg_.n_embd, ") hidden states, got ", shape_str(x.shape()));
   }
-  for (int64_t i = first_block; i < end_block; ++i) out = h[static_cast<size_t>(i)]->forward(out);
+  for (int64_t i = first_block; i < end_block; ++i) {
+    ForwardPart part("block", i);
+    out = h[static_cast<size_t>(i)]->forward(out);
+  }
   if (end_block < L) return out;
-  out = ln_f->forward(out);
+  {
+    ForwardPart part("ln_f");
+    out = ln_f->forward(out);
+  }
+  ForwardPart part("head");
   return targets.defined() ? wte->tied_loss(out, targets) : wte->tied_logits(out);
 }
 
@@ -200,11 +238,19 @@ const char* recompute_mode_name(RecomputeMode mode) {
 }
 
 Tensor GPT::forward(const Tensor& tokens) const {
-  return wrapped_forward(tokens, [this](const Tensor& t) { return wte->tied_logits(hidden_states(t)); });
+  return wrapped_forward(tokens, [this](const Tensor& t) {
+    Tensor hidden = hidden_states(t);
+    ForwardPart part("head");
+    return wte->tied_logits(hidden);
+  });
 }
 
 Tensor GPT::loss(const Tensor& tokens, const Tensor& targets) const {
-  return wrapped_forward(tokens, [&](const Tensor& t) { return wte->tied_loss(hidden_states(t), targets); });
+  return wrapped_forward(tokens, [&](const Tensor& t) {
+    Tensor hidden = hidden_states(t);
+    ForwardPart part("head");
+    return wte->tied_loss(hidden, targets);
+  });
 }
 
 }  // namespace paratrain::nn

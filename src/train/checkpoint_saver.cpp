@@ -4,6 +4,8 @@
 #include <string>
 
 #include "paratrain/base/log.h"
+#include "paratrain/base/trace.h"
+
 
 namespace paratrain::train {
 
@@ -35,6 +37,8 @@ checkpoint::TrainingState CheckpointSaver::run_state(int64_t done) const {
 }
 
 void CheckpointSaver::save(int64_t done) {
+  trace::Span span("checkpoint save", "train");
+  span.num("step", static_cast<double>(done));
   const MeshShape& shape = mesh_.shape();
   const MeshCoord me = mesh_.coord();
   const int rank = mesh_.rank(), world = shape.world();
@@ -110,3 +114,4 @@ void CheckpointSaver::save(int64_t done) {
 }
 
 }  // namespace paratrain::train
+

@@ -30,6 +30,7 @@
 #include "paratrain/autograd/profiler.h"
 #include "paratrain/base/env.h"
 #include "paratrain/base/log.h"
+#include "paratrain/base/trace.h"
 #include "paratrain/checkpoint/safetensors.h"
 #include "paratrain/checkpoint/training_state.h"
 #include "paratrain/comm/process_group.h"
@@ -37,6 +38,7 @@
 #include "paratrain/kernels/cpu.h"
 #include "paratrain/monitor/metrics.h"
 #include "paratrain/monitor/progress.h"
+#include "paratrain/monitor/trace_file.h"
 #include "paratrain/nn/gpt.h"
 #include "paratrain/parallel/grad_compression.h"
 #include "paratrain/parallel/load_balancer.h"
@@ -133,6 +135,13 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
   const int dp = shape.dp;
   const int dp_rank = mesh_coord(rank, shape).dp;
   set_threads(cfg, job);
+  // --trace DIR: created (InputError when it cannot be) and recording from here; a failed run
+  // still writes this rank's file (TraceSession's destructor).
+  std::optional<monitor::TraceSession> tracing;
+  if (!cfg.trace_dir.empty()) {
+    tracing.emplace(cfg.trace_dir, rank);
+    trace::set_thread_name("train");
+  }
   NullBuffer null_buf;
   std::ostream null_log(&null_buf);
   std::ostream& log = rank == 0 ? log_out : null_log;
@@ -295,6 +304,8 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
   monitor::ProgressLine progress(log, steps, &log == &std::cerr && monitor::stderr_is_terminal());
   auto run_eval = [&](int64_t step) {
     if (!task->has_eval()) return;
+    trace::Span span("evaluation", "train");
+    span.num("step", static_cast<double>(step));
     nlohmann::json e = {{"step", step}, {"eval", true}};
     {
       autograd::AutocastGuard autocast(compute_dtype, half_copies);
@@ -322,6 +333,8 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
     if (step == stop_at_step) stop_this_rank(rank, step);  // test hook: a hung, live rank
     const auto t0 = Clock::now();
     traffic.begin();
+    trace::Span step_span(trace::enabled() ? "step " + std::to_string(step + 1) : std::string(), "step", true);
+    step_span.num("step", static_cast<double>(step + 1));
     const long faults_before = monitor::minor_page_faults();
     const double step_lr = sched.at(step);
     if (plan.size() > 1) plan.group()->take_stats();  // this step's tensor-parallel traffic from here
@@ -345,6 +358,7 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
       // The global norm: over the mesh with tensor or pipeline parallelism (tp shards summed,
       // replicated parameters once); over every rank's shard of the averaged gradient with
       // ZeRO; else the gradients are already averaged.
+      trace::Span span("optimizer step", "train");
       norm = pm.grad_norm();
       pm.clip_and_step(cfg.grad_clip, norm);
     }
@@ -440,6 +454,7 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
     checkpoint::save_safetensors(cfg.save_final, weights, task->metadata());
     log << "saved " << cfg.save_final << "\n";
   }
+  if (tracing) tracing->finish(pg.get());  // collective: rank 0 gathers DIR/trace.json
   return result;
 }
 

@@ -52,6 +52,9 @@ class Node {
   void set_num_outputs(int n) { num_outputs_ = n; }
   // Output shapes, so a missing output gradient can be materialised as zeros when needed.
   std::vector<Shape> output_shapes;
+  // The trace scope label (base/trace.h) current when the node was recorded, or nullptr; the
+  // engine opens one "backward <label>" span per run of nodes with the same label.
+  const char* trace_label = nullptr;
 
  private:
   std::vector<Edge> next_;

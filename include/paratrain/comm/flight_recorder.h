@@ -20,6 +20,11 @@
 // counters and the last issued and finished call, which the launcher reads to see whether
 // collectives advance, also from a rank that cannot answer (stopped, dead).
 //
+// Tracing (base/trace.h, `--trace DIR`): while the trace sink is on, each call that finishes
+// is also a complete event "<op>" (cat "comm") from its start to its finish on the track
+// "comm <group name>", with args bytes, count, dtype, seq, peer (send/recv, broadcast, reduce),
+// algbw_gbps and busbw_gbps (nccl-tests' formulas) and the caller's call tag (DDP: "bucket").
+//
 // Thread-safety: every method may be called from any thread. Lifetime: instance() is never
 // destroyed (Works may finish during exit); a recorder made by hand (tests) must outlive the
 // Works that point at it.
@@ -56,6 +61,8 @@ struct FlightRecord {
   int32_t peer = -1;      // root (broadcast, reduce), destination (send), source (recv); -1 none
   int32_t tag = 0;        // send/recv
   int64_t enqueued_ns = 0, started_ns = 0, finished_ns = 0;  // steady clock; 0 = not yet
+  const char* trace_tag = nullptr;  // the caller's trace::CallTag when tracing ("bucket"), else null
+  int64_t trace_tag_value = 0;
 };
 
 // What a group's completed calls moved, summed since the group was added: the source of the
@@ -164,6 +171,7 @@ class FlightRecorder {
   std::vector<std::unique_ptr<FlightGroup>> groups_;
   std::vector<int64_t> colls_;  // per group: collectives recorded so far
   std::vector<GroupTraffic> traffic_;  // per group
+  std::vector<uint32_t> trace_tracks_;  // per group: its trace track (base/trace.h), 0 = not made yet
   int top_level_groups_ = 0;
   FlightProgress* progress_ = nullptr;  // mapped DIR/rank_<R>.fr.progress
   int64_t last_failure_dump_ns_ = 0;

@@ -66,6 +66,7 @@ struct TrainConfig {
   int64_t eval_every = 0;  // 0 = only after the last step
   int64_t eval_batches = 20;
   std::string metrics;
+  std::string trace_dir;  // "" = off; else DIR/rank<R>.trace.json and DIR/trace.json (monitor/trace_file.h)
   bool quiet = false;  // no progress line
   // ---- training-state checkpoints (docs/checkpoints.md) ----
   std::string checkpoint_dir;    // "" = no checkpoints

@@ -26,6 +26,7 @@
 #include "paratrain/autograd/engine.h"
 #include "paratrain/base/error.h"
 #include "paratrain/base/log.h"
+#include "paratrain/base/trace.h"
 #include "parallel/flat_ops.h"
 #include "parallel/same_model.h"
 
@@ -162,8 +163,10 @@ struct DistributedDataParallel::Impl {
   }
 
   void launch_ready() {
-    while (next_launch < static_cast<int>(buckets.size()) && buckets[next_launch].pending == 0)
+    while (next_launch < static_cast<int>(buckets.size()) && buckets[next_launch].pending == 0) {
+      const trace::CallTagScope tag("bucket", next_launch);  // on the bucket's collectives in --trace
       launch(buckets[next_launch++]);
+    }
   }
 
   void mark_ready(int i) {
