@@ -114,4 +114,3 @@ void CheckpointSaver::save(int64_t done) {
 }
 
 }  // namespace paratrain::train
-

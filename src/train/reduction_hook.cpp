@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iostream>
 
 #include "paratrain/base/env.h"
 #include "paratrain/base/error.h"
+#include "paratrain/base/log.h"
 
 namespace paratrain::train {
 
@@ -42,8 +42,8 @@ void perturb(Tensor g, const std::string& name, int64_t step) {
   for (int64_t i = 0; i < c.numel(); ++i) m = std::max(m, std::fabs(d[i]));
   const float delta = std::max(0.01f * m, 1e-3f);
   g.data<float>()[0] += delta;  // .grad and shard pieces are contiguous views
-  std::cerr << "rank 1: PARATRAIN_TEST_BREAK_REDUCTION: added " << delta << " to the reduced gradient of " << name
-            << " at step " << step << "\n";
+  PT_LOG_WARN(kTrain, "PARATRAIN_TEST_BREAK_REDUCTION: data-parallel rank 1 added ", delta,
+              " to the reduced gradient of ", name, " at step ", step);
 }
 
 }  // namespace
@@ -53,8 +53,8 @@ void break_reduction(const BreakReduction& hook, const optim::NamedParams& param
   if (ddp && ddp->zero_stage() > 0) {
     for (const auto& piece : ddp->shard_pieces())
       if (piece.name == hook.name) return perturb(piece.grad, hook.name, hook.step);
-    std::cerr << "rank 1: PARATRAIN_TEST_BREAK_REDUCTION: this rank holds no piece of " << hook.name
-              << "'s gradient shard: nothing perturbed\n";
+    PT_LOG_WARN(kTrain, "PARATRAIN_TEST_BREAK_REDUCTION: data-parallel rank 1 holds no piece of ", hook.name,
+                "'s gradient shard: nothing perturbed");
     return;
   }
   for (const auto& [name, p] : params)
