@@ -17,6 +17,7 @@
 #include "paratrain/base/env.h"
 #include "paratrain/base/log.h"
 #include "paratrain/base/error.h"
+#include "paratrain/base/json_text.h"
 #include "paratrain/base/trace.h"
 
 namespace paratrain::comm {
@@ -29,23 +30,6 @@ int64_t steady_ns() {
 int64_t wall_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::string json_string(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof(b), "\\u%04x", c);
-      o += b;
-    } else {
-      o += c;
-    }
-  }
-  return o + "\"";
 }
 
 std::string host_name() {

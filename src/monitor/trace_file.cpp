@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "paratrain/base/atomic_file.h"
+#include "paratrain/base/json_text.h"
 #include "paratrain/base/error.h"
 #include "paratrain/comm/process_group.h"
 
@@ -19,23 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int kGatherTag = 0x7472;  // "tr": the ranks' events on their way to rank 0
-
-void append_string(std::string& o, std::string_view s) {
-  o += '"';
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof(b), "\\u%04x", c);
-      o += b;
-    } else {
-      o += c;
-    }
-  }
-  o += '"';
-}
 
 // Microseconds with three decimals, exactly (no trip through a double).
 void append_us(std::string& o, int64_t ns) {
@@ -61,7 +45,7 @@ void append_metadata(std::string& o, const char* what, int rank, uint32_t tid, c
   o += "{\"name\":\"";
   o += what;
   o += "\",\"ph\":\"M\",\"pid\":" + std::to_string(rank) + ",\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":";
-  append_string(o, name);
+  append_json_string(o, name);
   o += "}}";
 }
 
@@ -101,9 +85,9 @@ std::string trace_events_json(const trace::Recording& rec, int rank, int64_t uni
   const std::string pid = std::to_string(rank);
   for (const trace::Event& e : rec.events) {
     o += ",\n{\"name\":";
-    append_string(o, e.name ? e.name : "");
+    append_json_string(o, e.name ? e.name : "");
     o += ",\"cat\":";
-    append_string(o, e.cat ? e.cat : "");
+    append_json_string(o, e.cat ? e.cat : "");
     o += ",\"ph\":\"X\",\"ts\":";
     append_us(o, e.start_ns + unix_offset_ns);
     o += ",\"dur\":";
@@ -114,9 +98,9 @@ std::string trace_events_json(const trace::Recording& rec, int rank, int64_t uni
       for (int i = 0; i < e.nargs; ++i) {
         const trace::Arg& a = e.args[i];
         if (i) o += ',';
-        append_string(o, a.key ? a.key : "");
+        append_json_string(o, a.key ? a.key : "");
         o += ':';
-        if (a.str) append_string(o, a.str);
+        if (a.str) append_json_string(o, a.str);
         else append_number(o, a.num);
       }
       o += '}';

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "lr_schedule.h"
 #include "checkpoint_saver.h"
 #include "config_check.h"
 #include "data_parallel_step.h"
@@ -157,13 +158,8 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
                                       : std::max<int64_t>(1, static_cast<int64_t>(std::llround(
                                                                  (cfg.epochs > 0 ? cfg.epochs : 1.0) *
                                                                  static_cast<double>(task->steps_per_epoch()))));
-  const double lr = cfg.lr >= 0 ? cfg.lr : (cfg.optimizer == "sgd" ? 0.05 : (task->gpt() ? 6e-4 : 1e-3));
-  optim::LRSchedule sched;
-  sched.kind = optim::LRSchedule::parse(cfg.lr_schedule);
-  sched.lr = lr;
-  sched.min_lr = cfg.min_lr >= 0 ? cfg.min_lr : lr / 10;
-  sched.warmup = cfg.warmup_steps;
-  sched.total = steps;
+  const optim::LRSchedule sched = lr_schedule_for(cfg, *task, steps);
+  const double lr = sched.lr;
 
   // ---- resume: the whole checkpoint is verified and read before anything is applied ----
   const nlohmann::json this_run = run_config(cfg, task->name(), micro_batch, shape, steps, lr);

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "lr_schedule.h"
 #include "config_check.h"
 #include "data_parallel_step.h"
 #include "parallel_model.h"
@@ -244,13 +245,8 @@ VerifyReport run_verify(const TrainConfig& cfg, const TaskFactory& make_task, in
   task->setup(layout);
   if (!builtin) check_trainable(*task);
   const int64_t steps = cfg.steps > 0 ? cfg.steps : 3;
-  const double lr = cfg.lr >= 0 ? cfg.lr : (cfg.optimizer == "sgd" ? 0.05 : (task->gpt() ? 6e-4 : 1e-3));
-  optim::LRSchedule sched;
-  sched.kind = optim::LRSchedule::parse(cfg.lr_schedule);
-  sched.lr = lr;
-  sched.min_lr = cfg.min_lr >= 0 ? cfg.min_lr : lr / 10;
-  sched.warmup = cfg.warmup_steps;
-  sched.total = steps;
+  const optim::LRSchedule sched = lr_schedule_for(cfg, *task, steps);
+  const double lr = sched.lr;
   if (!cfg.init_from.empty())
     task->module().load_state_dict(checkpoint::load_safetensors(cfg.init_from), true, "transformer.");
 
