@@ -11,7 +11,7 @@
 # On a shared 2-core machine single runs differ by a few percent; the median over rounds is
 # what is judged, and the spread is printed beside it.
 #
-#   bench/telemetry_overhead.sh [BUILD_DIR]      (ROUNDS=5 by default; about 3 minutes)
+#   bench/telemetry_overhead.sh [BUILD_DIR]      (ROUNDS=5 by default; about 7 minutes)
 set -euo pipefail
 BUILD_DIR=${1:-build/release}
 ROUNDS=${ROUNDS:-5}
@@ -31,8 +31,8 @@ echo "gpt-nano and gpt-mini, 2 ranks x 1 thread, settings: $SETTINGS; $ROUNDS ro
 echo "machine load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 declare -A MODEL_ARGS=(
-  [gpt-nano]="--model gpt-nano --vocab-size 4096 --micro-batch 8 --steps 150"
-  [gpt-mini]="--model gpt-mini --micro-batch 1 --block-size 128 --steps 16"
+  [gpt-nano]="--model gpt-nano --vocab-size 4096 --micro-batch 8 --steps 600"
+  [gpt-mini]="--model gpt-mini --micro-batch 1 --block-size 128 --steps 40"
 )
 run_one() {  # model setting round -> prints tokens/s
   local model=$1 setting=$2 round=$3 out="$WORK/${1}_${2}_$3"
