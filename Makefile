@@ -23,6 +23,7 @@ test: build
 	bash scripts/test.sh $(BUILD_DIR)
 
 bench: build
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target paratrain_benchmarks
 	bash bench/run_all.sh $(BUILD_DIR)
 
 clean:
