@@ -228,6 +228,24 @@ void fail(VerifyReport& r, int64_t step, const std::string& tensor, const std::s
   r.failure = s.str();
 }
 
+// Folds one check's per-tensor differences of step `step` into the report: each tensor's worst
+// (abs, rel) over the steps, the step's worst tensor, and, when `judged`, the first tensor
+// above `tolerance` as the failure ("<what> by <abs>, relative <rel> > tolerance <tol><why>").
+void record_check(VerifyReport& r, int64_t step, const std::vector<TensorDiff>& diffs,
+                  const std::vector<std::string>& names, double TensorCheck::*abs, double TensorCheck::*rel,
+                  double& step_rel, std::string& step_worst, bool judged, double tolerance, const std::string& what,
+                  const std::string& why = "") {
+  for (size_t t = 0; t < diffs.size(); ++t) {
+    TensorCheck& tc = r.tensors[t];
+    tc.*abs = std::max(tc.*abs, diffs[t].abs);
+    tc.*rel = std::max(tc.*rel, diffs[t].rel);
+    if (diffs[t].rel > step_rel || step_worst.empty()) step_rel = diffs[t].rel, step_worst = names[t];
+    if (judged && diffs[t].rel > tolerance)
+      fail(r, step, names[t],
+           what + " by " + sci(diffs[t].abs) + ", relative " + sci(diffs[t].rel) + " > tolerance " + sci(tolerance) + why);
+  }
+}
+
 VerifyReport run_verify(const TrainConfig& cfg, const TaskFactory& make_task, int64_t micro_batch, bool builtin,
                         std::ostream& log_out, const VerifyOptions& options) {
   const comm::JobEnv job = comm::read_job_env();
@@ -308,33 +326,17 @@ VerifyReport run_verify(const TrainConfig& cfg, const TaskFactory& make_task, in
     const std::vector<double> mean = exact_mean(mine, dpg);
     s.grad_judged = !(cfg.compress == "powersgd" && step >= cfg.powersgd_start_iter);
     if (!dist.skipped()) {
-      const std::vector<GradDiff> diffs = applied_vs_mean(dist.model(), params, mean, dpg);
-      for (size_t t = 0; t < diffs.size(); ++t) {
-        TensorCheck& tc = r.tensors[t];
-        tc.grad_abs = std::max(tc.grad_abs, diffs[t].abs);
-        tc.grad_rel = std::max(tc.grad_rel, diffs[t].rel);
-        if (diffs[t].rel > s.grad_rel || s.grad_worst.empty()) s.grad_rel = diffs[t].rel, s.grad_worst = params.names[t];
-        if (s.grad_judged && diffs[t].rel > r.grad_tolerance)
-          fail(r, s.step, params.names[t],
-               "applied gradient differs from the mean of the ranks' local gradients by " + sci(diffs[t].abs) +
-                   ", relative " + sci(diffs[t].rel) + " > tolerance " + sci(r.grad_tolerance));
-      }
+      record_check(r, s.step, applied_vs_mean(dist.model(), params, mean, dpg), params.names, &TensorCheck::grad_abs,
+                   &TensorCheck::grad_rel, s.grad_rel, s.grad_worst, s.grad_judged, r.grad_tolerance,
+                   "applied gradient differs from the mean of the ranks' local gradients");
     }
     // ---- 3a. rank 0: that mean against the single-process gradient of the whole global batch ----
     if (global && !dist.skipped()) {
       const std::vector<float> g = global->compute(step, dist.model().module(), dist.loss_scale());
-      const std::vector<ParamDiff> gd = flat_vs_reference(mean, g, params);
-      for (size_t t = 0; t < gd.size(); ++t) {
-        TensorCheck& tc = r.tensors[t];
-        tc.global_abs = std::max(tc.global_abs, gd[t].abs);
-        tc.global_rel = std::max(tc.global_rel, gd[t].rel);
-        if (gd[t].rel > s.global_rel || s.global_worst.empty()) s.global_rel = gd[t].rel, s.global_worst = params.names[t];
-        if (gd[t].rel > r.global_tolerance)
-          fail(r, s.step, params.names[t],
-               "the mean of the ranks' local gradients differs from the single-process gradient of the global batch "
-               "by " + sci(gd[t].abs) + ", relative " + sci(gd[t].rel) + " > tolerance " + sci(r.global_tolerance) +
+      record_check(r, s.step, flat_vs_reference(mean, g, params), params.names, &TensorCheck::global_abs,
+                   &TensorCheck::global_rel, s.global_rel, s.global_worst, true, r.global_tolerance,
+                   "the mean of the ranks' local gradients differs from the single-process gradient of the global batch",
                    ": the ranks do not read the global batch's micro-batches");
-      }
     }
     dist.update();
     // ---- 2. replicas bit-identical ----
@@ -351,17 +353,9 @@ VerifyReport run_verify(const TrainConfig& cfg, const TaskFactory& make_task, in
     if (ref) {
       s.reference_loss = ref->backward(step, step_lr) / static_cast<double>(ref_cfg.grad_accum);
       ref->update();
-      const std::vector<ParamDiff> pd = params_vs_reference(dist.model().params(), ref->model().params());
-      for (size_t t = 0; t < pd.size(); ++t) {
-        TensorCheck& tc = r.tensors[t];
-        tc.param_abs = std::max(tc.param_abs, pd[t].abs);
-        tc.param_rel = std::max(tc.param_rel, pd[t].rel);
-        if (pd[t].rel > s.param_rel || s.param_worst.empty()) s.param_rel = pd[t].rel, s.param_worst = params.names[t];
-        if (r.params_judged && pd[t].rel > r.param_tolerance)
-          fail(r, s.step, params.names[t],
-               "parameter differs from the single-process run's by " + sci(pd[t].abs) + ", relative " +
-                   sci(pd[t].rel) + " > tolerance " + sci(r.param_tolerance));
-      }
+      record_check(r, s.step, params_vs_reference(dist.model().params(), ref->model().params()), params.names,
+                   &TensorCheck::param_abs, &TensorCheck::param_rel, s.param_rel, s.param_worst, r.params_judged,
+                   r.param_tolerance, "parameter differs from the single-process run's");
     }
     log << "step " << s.step << "/" << steps << "  loss " << std::fixed << std::setprecision(4) << s.loss
         << " (single process " << s.reference_loss << ")  grads vs mean of local: max rel " << sci(s.grad_rel)

@@ -57,7 +57,7 @@ double max_diff(const Tensor& t, const double* ref) {
 
 }  // namespace
 
-std::vector<GradDiff> applied_vs_mean(ParallelModel& model, const ParamLayout& layout, const std::vector<double>& mean,
+std::vector<TensorDiff> applied_vs_mean(ParallelModel& model, const ParamLayout& layout, const std::vector<double>& mean,
                                       comm::ProcessGroup* pg) {
   const size_t n = layout.names.size();
   std::vector<float> abs(n, 0.0f);
@@ -83,7 +83,7 @@ std::vector<GradDiff> applied_vs_mean(ParallelModel& model, const ParamLayout& l
     }
   }
   if (pg) pg->allreduce(abs.data(), n, DType::F32, comm::ReduceOp::kMax)->wait();
-  std::vector<GradDiff> out(n);
+  std::vector<TensorDiff> out(n);
   for (size_t t = 0; t < n; ++t) {
     double scale = 0;
     for (int64_t i = 0; i < layout.numel[t]; ++i) scale = std::max(scale, std::fabs(mean[layout.offset[t] + i]));
@@ -120,10 +120,10 @@ ReplicaMismatch compare_replica_hashes(const optim::NamedParams& params, comm::P
   return m;
 }
 
-std::vector<ParamDiff> flat_vs_reference(const std::vector<double>& a, const std::vector<float>& ref,
+std::vector<TensorDiff> flat_vs_reference(const std::vector<double>& a, const std::vector<float>& ref,
                                          const ParamLayout& layout) {
   PT_CHECK(a.size() == ref.size(), "flat_vs_reference: ", a.size(), " vs ", ref.size(), " elements");
-  std::vector<ParamDiff> out(layout.names.size());
+  std::vector<TensorDiff> out(layout.names.size());
   for (size_t t = 0; t < out.size(); ++t) {
     double abs = 0, scale = 0;
     for (int64_t i = layout.offset[t]; i < layout.offset[t] + layout.numel[t]; ++i) {
@@ -136,8 +136,8 @@ std::vector<ParamDiff> flat_vs_reference(const std::vector<double>& a, const std
   return out;
 }
 
-std::vector<ParamDiff> params_vs_reference(const optim::NamedParams& a, const optim::NamedParams& b) {
-  std::vector<ParamDiff> out(a.size());
+std::vector<TensorDiff> params_vs_reference(const optim::NamedParams& a, const optim::NamedParams& b) {
+  std::vector<TensorDiff> out(a.size());
   for (size_t t = 0; t < a.size(); ++t) {
     const Tensor* ref = nullptr;
     for (const auto& [name, p] : b)

@@ -28,14 +28,16 @@ struct ParamLayout {
 // Collective.
 std::vector<double> exact_mean(const std::vector<float>& local, comm::ProcessGroup* pg);
 
-struct GradDiff {
-  double abs = 0;  // max |applied - mean| over every element any rank holds
-  double rel = 0;  // abs over the tensor's largest |mean| (abs itself when that is 0)
+// One tensor's difference from what it is checked against.
+struct TensorDiff {
+  double abs = 0;  // max |value - reference| over its elements
+  double rel = 0;  // abs over the reference's largest |value| (abs itself when that is 0)
 };
 // Per parameter: what this rank is about to apply (its .grad, or with ZeRO its pieces of the
-// gradient shard) against `mean`; the largest over the ranks. Collective.
-std::vector<GradDiff> applied_vs_mean(ParallelModel& model, const ParamLayout& layout, const std::vector<double>& mean,
-                                      comm::ProcessGroup* pg);
+// gradient shard) against `mean` (the reference); the largest over every element any rank
+// holds. Collective.
+std::vector<TensorDiff> applied_vs_mean(ParallelModel& model, const ParamLayout& layout, const std::vector<double>& mean,
+                                        comm::ProcessGroup* pg);
 
 struct ReplicaMismatch {
   int tensor = -1;      // first parameter whose hash differs between ranks (-1: none)
@@ -45,14 +47,10 @@ struct ReplicaMismatch {
 uint64_t fnv1a(const Tensor& t);
 ReplicaMismatch compare_replica_hashes(const optim::NamedParams& params, comm::ProcessGroup* pg);
 
-struct ParamDiff {
-  double abs = 0;  // max |a - b|
-  double rel = 0;  // abs over the reference's largest |value| (abs itself when that is 0)
-};
 // Per parameter (layout order): flat `a` against flat `ref`. Local.
-std::vector<ParamDiff> flat_vs_reference(const std::vector<double>& a, const std::vector<float>& ref,
+std::vector<TensorDiff> flat_vs_reference(const std::vector<double>& a, const std::vector<float>& ref,
                                          const ParamLayout& layout);
 // Per parameter of `a` (in order): against the parameter of the same name in `b`. Local.
-std::vector<ParamDiff> params_vs_reference(const optim::NamedParams& a, const optim::NamedParams& b);
+std::vector<TensorDiff> params_vs_reference(const optim::NamedParams& a, const optim::NamedParams& b);
 
 }  // namespace paratrain::train
