@@ -96,4 +96,11 @@ void register_kernels(Registry& r);
 void register_half_loss_kernels(Registry& r);
 }  // namespace cpu
 
+namespace cuda {
+// Puts the CUDA kernels into `r` for Device::CUDA (src/kernels/cuda; builds with CUDA only).
+// They take device pointers of the current device and run on its compute stream
+// (tensor/cuda.h); a kernel returning a value (sum, all_finite) waits for that stream.
+void register_kernels(Registry& r);
+}  // namespace cuda
+
 }  // namespace paratrain::kernels

@@ -1,0 +1,62 @@
+# CUDA support: -DPARATRAIN_CUDA=auto|on|off (default auto).
+#   auto: build the CUDA parts when a CUDA compiler, the CUDA runtime, cuBLAS(Lt) and NCCL
+#         are found (the toolkit's default place is /usr/local/cuda); otherwise build without.
+#   on:   the same, but a missing piece is a configure error.
+#   off:  never.
+# The CUDA parts are the files under src/<layer>/**/cuda/ (and src/comm/backends/nccl/):
+# *.cu files compiled by nvcc, *.cpp files that use the CUDA runtime API, compiled by the
+# C++ compiler. They compile and link wherever the toolkit is, with or without a GPU; a
+# program finds the GPUs at run time (paratrain::cuda::device_count()).
+# CMAKE_CUDA_ARCHITECTURES defaults to 90 (H100/H200); pass e.g. -DCMAKE_CUDA_ARCHITECTURES="80;90".
+set(PARATRAIN_CUDA auto CACHE STRING "Build the CUDA parts: auto|on|off")
+set_property(CACHE PARATRAIN_CUDA PROPERTY STRINGS auto on off)
+string(TOLOWER "${PARATRAIN_CUDA}" PARATRAIN_CUDA_MODE)
+if(NOT PARATRAIN_CUDA_MODE MATCHES "^(auto|on|off)$")
+  message(FATAL_ERROR "PARATRAIN_CUDA=${PARATRAIN_CUDA}: use auto, on or off")
+endif()
+
+set(PARATRAIN_HAVE_CUDA OFF)
+if(NOT PARATRAIN_CUDA_MODE STREQUAL "off")
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  set(paratrain_cuda_missing "")
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90)
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit)
+    if(NOT CUDAToolkit_FOUND OR NOT TARGET CUDA::cudart OR NOT TARGET CUDA::cublasLt OR NOT TARGET CUDA::cublas)
+      list(APPEND paratrain_cuda_missing "the CUDA runtime and cuBLAS(Lt)")
+    endif()
+    find_path(NCCL_INCLUDE_DIR NAMES nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/include)
+    find_library(NCCL_LIBRARY NAMES nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib
+      ${CUDAToolkit_LIBRARY_ROOT}/lib64)
+    if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
+      list(APPEND paratrain_cuda_missing "NCCL (nccl.h, libnccl)")
+    endif()
+  else()
+    list(APPEND paratrain_cuda_missing "a CUDA compiler (nvcc)")
+  endif()
+  if(paratrain_cuda_missing)
+    string(JOIN ", " paratrain_cuda_missing_text ${paratrain_cuda_missing})
+    if(PARATRAIN_CUDA_MODE STREQUAL "on")
+      message(FATAL_ERROR "PARATRAIN_CUDA=on but not found: ${paratrain_cuda_missing_text}")
+    endif()
+    message(STATUS "paratrain: building without CUDA (not found: ${paratrain_cuda_missing_text})")
+  else()
+    set(PARATRAIN_HAVE_CUDA ON)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    add_library(paratrain_cuda_deps INTERFACE)
+    target_include_directories(paratrain_cuda_deps INTERFACE ${NCCL_INCLUDE_DIR})
+    target_link_libraries(paratrain_cuda_deps INTERFACE CUDA::cudart CUDA::cublasLt CUDA::cublas ${NCCL_LIBRARY})
+    target_compile_definitions(paratrain_cuda_deps INTERFACE PARATRAIN_HAVE_CUDA=1)
+    target_link_libraries(paratrain_deps INTERFACE paratrain_cuda_deps)
+    message(STATUS "paratrain: building the CUDA parts (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
+      "architectures ${CMAKE_CUDA_ARCHITECTURES}, NCCL ${NCCL_LIBRARY})")
+  endif()
+endif()

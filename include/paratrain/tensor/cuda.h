@@ -1,0 +1,66 @@
+// The CUDA runtime as paratrain's layers see it: which GPUs there are, the current device,
+// and the two streams every layer uses on it. Including this header needs no CUDA header;
+// every function exists in every build (a build without CUDA has no devices).
+//
+//  - Devices: device_count() is the number of GPUs this process can use: 0 when paratrain
+//    was built without CUDA, when there is no driver, or no GPU is visible; it never throws
+//    and unavailable_reason() says why. A process works on one current device at a time
+//    (set_device; `cuda:N` tensors name theirs), as LOCAL_RANK -> cuda:LOCAL_RANK.
+//  - Streams: per device, one compute stream (kernels, copies, the allocator's reuse order)
+//    and one communication stream (collectives; ordered after the compute stream with
+//    events, see comm/backends/nccl). Both are created on first use and live as long as the
+//    process; they are non-blocking CUDA streams, so nothing runs on the legacy stream.
+//  - Errors: a failing CUDA call throws CudaError naming the call, the CUDA error and the
+//    device; asking for a device that is not there is an InputError.
+//
+// Thread-safety: every function may be called from any thread. The current device is per
+// thread, as in the CUDA runtime.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "paratrain/base/error.h"
+
+namespace paratrain::cuda {
+
+// A CUDA runtime, cuBLAS or NCCL call failed.
+class CudaError : public Error {
+ public:
+  explicit CudaError(const std::string& what) : Error(what) {}
+};
+
+// True when this build has the CUDA parts (cmake -DPARATRAIN_CUDA=auto|on).
+bool built();
+// GPUs visible to this process; 0 without a CUDA build, a driver or a GPU. Never throws.
+int device_count();
+// Why device_count() is 0 ("this build has no CUDA support", "no CUDA driver: ..."), or "".
+std::string unavailable_reason();
+// Throws InputError naming the device and why it is not there, unless 0 <= d < device_count().
+void require_device(int d);
+
+int current_device();
+void set_device(int d);  // require_device(d), then makes d this thread's current device
+
+// Opaque cudaStream_t / cudaEvent_t, so that layers above need no CUDA header.
+using Stream = void*;
+// The compute / communication stream of device d (-1: the current device).
+Stream compute_stream(int d = -1);
+Stream comm_stream(int d = -1);
+// Waits until every stream of the current device is idle.
+void synchronize();
+// Waits until `s` is idle.
+void synchronize(Stream s);
+// Makes later work on `waiter` wait for what is queued on `waited` now (an event, no host wait).
+void stream_wait(Stream waiter, Stream waited);
+
+struct DeviceProperties {
+  std::string name;            // "NVIDIA H200"
+  int sm_major = 0, sm_minor = 0;
+  int multiprocessors = 0;
+  int64_t total_memory = 0;    // bytes
+  double bf16_peak_tflops = 0;  // dense bf16 tensor-core peak from the datasheet, 0 if unknown
+};
+DeviceProperties properties(int d = -1);
+
+}  // namespace paratrain::cuda

@@ -1,0 +1,11 @@
+// The CUDA kernels' registration, one function per group of kernels (src/kernels/cuda/*).
+#pragma once
+
+#include "paratrain/kernels/registry.h"
+
+namespace paratrain::kernels::cuda {
+// GEMM (cuBLASLt), elementwise, casts, reductions, the inf check, embedding, optimizers.
+void register_basic_kernels(Registry& r);
+// LayerNorm, softmax, fused softmax + cross-entropy, fused causal attention.
+void register_layer_kernels(Registry& r);
+}  // namespace paratrain::kernels::cuda

@@ -1,0 +1,157 @@
+// paratrain::cuda (tensor/cuda.h): devices and streams. With PARATRAIN_HAVE_CUDA it wraps
+// the CUDA runtime; without, every query says there is no device.
+#include "paratrain/tensor/cuda.h"
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#if PARATRAIN_HAVE_CUDA
+#include "paratrain/tensor/cuda_check.h"
+#endif
+
+namespace paratrain::cuda {
+
+#if PARATRAIN_HAVE_CUDA
+
+namespace detail {
+void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  int dev = -1;
+  cudaGetDevice(&dev);
+  const char* base = file;
+  for (const char* p = file; *p; ++p)
+    if (*p == '/') base = p + 1;
+  throw CudaError(paratrain::detail::concat("CUDA error ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
+                                            ") in ", call, " on cuda:", dev, " (", base, ":", line, ")"));
+}
+}  // namespace detail
+
+namespace {
+struct Probe {
+  int count = 0;
+  std::string reason;
+};
+const Probe& probe() {
+  static const Probe p = [] {
+    Probe r;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // clear it
+      r.reason = std::string("no usable CUDA driver or GPU: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+      return r;
+    }
+    r.count = n;
+    if (n == 0) r.reason = "no CUDA GPU is visible (CUDA_VISIBLE_DEVICES?)";
+    return r;
+  }();
+  return p;
+}
+
+struct DeviceStreams {
+  std::once_flag once;
+  cudaStream_t compute = nullptr, comm = nullptr;
+};
+DeviceStreams& streams_of(int d) {
+  static std::vector<DeviceStreams> all(static_cast<size_t>(std::max(1, probe().count)));
+  require_device(d);
+  DeviceStreams& s = all[static_cast<size_t>(d)];
+  std::call_once(s.once, [&] {
+    int prev = 0;
+    PT_CUDA_CHECK(cudaGetDevice(&prev));
+    PT_CUDA_CHECK(cudaSetDevice(d));
+    PT_CUDA_CHECK(cudaStreamCreateWithFlags(&s.compute, cudaStreamNonBlocking));
+    PT_CUDA_CHECK(cudaStreamCreateWithFlags(&s.comm, cudaStreamNonBlocking));
+    PT_CUDA_CHECK(cudaSetDevice(prev));
+  });
+  return s;
+}
+int resolve(int d) { return d < 0 ? current_device() : d; }
+
+double bf16_peak_for(const std::string& name) {
+  // Dense bf16 tensor-core peaks (NVIDIA datasheets, SXM parts unless named).
+  struct Row { const char* key; double tflops; };
+  static const Row rows[] = {{"H200", 989.0}, {"H100 PCIe", 756.0}, {"H100", 989.0}, {"GH200", 989.0},
+                             {"A100", 312.0}, {"L40S", 362.0},    {"A10", 125.0},  {"4090", 165.0},
+                             {"B200", 2250.0}};
+  for (const Row& r : rows)
+    if (name.find(r.key) != std::string::npos) return r.tflops;
+  return 0;
+}
+}  // namespace
+
+bool built() { return true; }
+int device_count() { return probe().count; }
+std::string unavailable_reason() { return probe().reason; }
+
+void require_device(int d) {
+  if (d < 0 || d >= device_count()) {
+    if (device_count() == 0) PT_THROW(InputError, "device cuda:", d, " is not available: ", unavailable_reason());
+    PT_THROW(InputError, "device cuda:", d, " is not available: this process sees ", device_count(), " GPU(s)");
+  }
+}
+
+int current_device() {
+  if (device_count() == 0) PT_THROW(InputError, "no CUDA device: ", unavailable_reason());
+  int d = 0;
+  PT_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+void set_device(int d) {
+  require_device(d);
+  PT_CUDA_CHECK(cudaSetDevice(d));
+}
+
+Stream compute_stream(int d) { return streams_of(resolve(d)).compute; }
+Stream comm_stream(int d) { return streams_of(resolve(d)).comm; }
+
+void synchronize() { PT_CUDA_CHECK(cudaDeviceSynchronize()); }
+void synchronize(Stream s) { PT_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(s))); }
+
+void stream_wait(Stream waiter, Stream waited) {
+  if (waiter == waited) return;
+  cudaEvent_t ev;
+  PT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  PT_CUDA_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(waited)));
+  PT_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter), ev, 0));
+  PT_CUDA_CHECK(cudaEventDestroy(ev));  // released once the wait has happened
+}
+
+DeviceProperties properties(int d) {
+  d = resolve(d);
+  require_device(d);
+  cudaDeviceProp p{};
+  PT_CUDA_CHECK(cudaGetDeviceProperties(&p, d));
+  DeviceProperties r;
+  r.name = p.name;
+  r.sm_major = p.major;
+  r.sm_minor = p.minor;
+  r.multiprocessors = p.multiProcessorCount;
+  r.total_memory = static_cast<int64_t>(p.totalGlobalMem);
+  r.bf16_peak_tflops = bf16_peak_for(r.name);
+  return r;
+}
+
+#else  // no CUDA in this build
+
+namespace {
+[[noreturn]] void no_cuda() { PT_THROW(InputError, "no CUDA device: this build of paratrain has no CUDA support"); }
+}  // namespace
+
+bool built() { return false; }
+int device_count() { return 0; }
+std::string unavailable_reason() { return "this build of paratrain has no CUDA support"; }
+void require_device(int d) { PT_THROW(InputError, "device cuda:", d, " is not available: ", unavailable_reason()); }
+int current_device() { no_cuda(); }
+void set_device(int d) { require_device(d); }
+Stream compute_stream(int) { no_cuda(); }
+Stream comm_stream(int) { no_cuda(); }
+void synchronize() { no_cuda(); }
+void synchronize(Stream) { no_cuda(); }
+void stream_wait(Stream, Stream) { no_cuda(); }
+DeviceProperties properties(int) { no_cuda(); }
+
+#endif
+
+}  // namespace paratrain::cuda
