@@ -49,6 +49,10 @@ if(NOT PARATRAIN_CUDA_MODE STREQUAL "off")
     message(STATUS "paratrain: building without CUDA (not found: ${paratrain_cuda_missing_text})")
   else()
     set(PARATRAIN_HAVE_CUDA ON)
+    # C++20 in device code. CMake 3.25 knows nvcc's dialect flags only up to C++17; nvcc 12+
+    # takes -std=c++20.
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     add_library(paratrain_cuda_deps INTERFACE)

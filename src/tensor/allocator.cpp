@@ -6,8 +6,10 @@
 #include <bit>
 #include <cstdlib>
 #include <new>
+#include <string>
 
 #include "paratrain/base/error.h"
+#include "paratrain/tensor/cuda_allocator.h"
 
 namespace paratrain {
 
@@ -18,6 +20,8 @@ constexpr size_t kHugeThreshold = size_t{2} << 20;
 
 const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
 
+CachingAllocator::CachingAllocator() : CachingAllocator(Source{&os_alloc, &os_free}) {}
+CachingAllocator::CachingAllocator(Source source) : source_(std::move(source)) {}
 CachingAllocator::~CachingAllocator() { empty_cache(); }
 
 size_t CachingAllocator::size_class(size_t nbytes) {
@@ -57,7 +61,12 @@ void* CachingAllocator::allocate(size_t nbytes) {
     it->second.pop_back();
     stats_.cache_hits++;
   } else {
-    p = os_alloc(block);
+    try {
+      p = source_.take(block);
+    } catch (const std::bad_alloc&) {
+      release_cached_locked();
+      p = source_.take(block);
+    }
     stats_.os_allocations++;
     stats_.bytes_reserved += static_cast<int64_t>(block);
     stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
@@ -88,20 +97,38 @@ void CachingAllocator::reset_peak() {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
+  release_cached_locked();
+}
+
+void CachingAllocator::release_cached_locked() {
   for (auto& [block, ptrs] : free_) {
     for (void* p : ptrs) {
-      os_free(p, block);
+      source_.give_back(p, block);
       stats_.bytes_reserved -= static_cast<int64_t>(block);
     }
     ptrs.clear();
   }
 }
 
-Allocator& allocator_for(Device d) {
+Allocator& allocator_for(Device d, int index) {
   // Never destroyed: tensors in static objects may outlive any destruction order.
   static CachingAllocator* cpu = new CachingAllocator();
-  if (d != Device::CPU) PT_THROW(InputError, "device ", device_name(d), " is not available in this build");
-  return *cpu;
+  if (d == Device::CPU) return *cpu;
+  return cuda::device_allocator(index);
+}
+
+std::string DeviceSpec::str() const {
+  if (kind == Device::CPU) return "cpu";
+  return index < 0 ? "cuda" : "cuda:" + std::to_string(index);
+}
+
+DeviceSpec parse_device(const std::string& text) {
+  if (text == "cpu") return {Device::CPU, -1};
+  if (text == "cuda") return {Device::CUDA, -1};
+  if (text.rfind("cuda:", 0) == 0 && text.size() > 5 && text.size() <= 8 &&
+      text.find_first_not_of("0123456789", 5) == std::string::npos)
+    return {Device::CUDA, std::stoi(text.substr(5))};
+  PT_THROW(InputError, "device '", text, "': use cpu, cuda or cuda:N");
 }
 
 }  // namespace paratrain

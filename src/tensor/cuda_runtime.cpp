@@ -1,6 +1,8 @@
 // paratrain::cuda (tensor/cuda.h): devices and streams. With PARATRAIN_HAVE_CUDA it wraps
-// the CUDA runtime; without, every query says there is no device.
+// the CUDA runtime; without, every query says there is no device (and the allocators of
+// tensor/cuda_allocator.h, which live in src/tensor/cuda/ otherwise, refuse).
 #include "paratrain/tensor/cuda.h"
+#include "paratrain/tensor/cuda_allocator.h"
 
 #include <algorithm>
 #include <mutex>
@@ -151,6 +153,13 @@ void synchronize() { no_cuda(); }
 void synchronize(Stream) { no_cuda(); }
 void stream_wait(Stream, Stream) { no_cuda(); }
 DeviceProperties properties(int) { no_cuda(); }
+Allocator& device_allocator(int d) {
+  require_device(d < 0 ? 0 : d);
+  no_cuda();
+}
+int device_of(const void*) { return -1; }
+void record_stream(const void*, Stream) { no_cuda(); }
+Allocator& pinned_allocator() { no_cuda(); }
 
 #endif
 

@@ -5,26 +5,48 @@
 #include <numeric>
 #include <sstream>
 
+#include "paratrain/tensor/cuda.h"
+#include "paratrain/tensor/cuda_allocator.h"
+#include "tensor/cuda/tensor_copy.h"
+
 namespace paratrain {
 
+#if !PARATRAIN_HAVE_CUDA
+// Without CUDA no storage is ever on a GPU (allocator_for refuses), so these are unreachable.
+namespace detail {
+void cuda_copy(Tensor&, const Tensor&) { PT_THROW(InputError, "this build of paratrain has no CUDA support"); }
+void cuda_fill(Tensor&, double) { PT_THROW(InputError, "this build of paratrain has no CUDA support"); }
+}  // namespace detail
+#endif
+
 // ---------------- Storage ----------------
-Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
-  data_ = nbytes ? allocator_for(device).allocate(nbytes) : nullptr;
+Storage::Storage(size_t nbytes, Device device, int index) : nbytes_(nbytes), device_(device) {
+  if (device == Device::CUDA) device_index_ = index >= 0 ? index : cuda::current_device();
+  data_ = nbytes ? owner().allocate(nbytes) : nullptr;
 }
 
-Storage::Storage(void* external, size_t nbytes, Device device, std::function<void(void*)> deleter)
-    : data_(external), nbytes_(nbytes), device_(device), owned_(false), deleter_(std::move(deleter)) {}
+Storage::Storage(size_t nbytes, Pinned) : nbytes_(nbytes), pinned_(true) {
+  data_ = nbytes ? owner().allocate(nbytes) : nullptr;
+}
+
+Storage::Storage(void* external, size_t nbytes, Device device, std::function<void(void*)> deleter, int index)
+    : data_(external), nbytes_(nbytes), device_(device), device_index_(index), owned_(false),
+      deleter_(std::move(deleter)) {}
+
+Allocator& Storage::owner() const {
+  return pinned_ ? cuda::pinned_allocator() : allocator_for(device_, device_index_);
+}
 
 Storage::~Storage() {
   if (owned_) {
-    if (data_) allocator_for(device_).deallocate(data_, nbytes_);
+    if (data_) owner().deallocate(data_, nbytes_);
   } else if (deleter_) {
     deleter_(data_);
   }
 }
 
 void Storage::rebind(void* p) {
-  if (owned_ && data_) allocator_for(device_).deallocate(data_, nbytes_);
+  if (owned_ && data_) owner().deallocate(data_, nbytes_);
   if (!owned_ && deleter_) deleter_(data_);
   owned_ = false;
   deleter_ = nullptr;
@@ -63,19 +85,29 @@ static int64_t wrap_dim(int64_t d, int64_t ndim) {
 }
 
 // ---------------- factories ----------------
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, int index) {
   for (int64_t d : shape) PT_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
   Tensor t;
-  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device, index);
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;
   return t;
 }
 
-Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
-  Tensor t = empty(shape, dtype, device);
-  if (t.nbytes()) std::memset(t.data_ptr(), 0, t.nbytes());
+Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
+  for (int64_t d : shape) PT_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+  Tensor t;
+  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), Storage::Pinned{});
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device, int index) {
+  Tensor t = empty(shape, dtype, device, index);
+  t.zero_();
   return t;
 }
 
@@ -193,10 +225,12 @@ void for_each_offset(const Shape& shape, const Shape& strides, Fn&& fn) {
 
 double Tensor::item() const {
   PT_CHECK(numel() == 1, "item() of a tensor with ", numel(), " elements");
+  if (is_cuda()) return to(DeviceSpec{}).item();
   return load_as_double(data_ptr(), 0, dtype_);
 }
 
 std::vector<float> Tensor::to_vector() const {
+  if (is_cuda()) return to(DeviceSpec{}).to_vector();
   std::vector<float> out(static_cast<size_t>(numel()));
   const void* base = data_ptr();
   for_each_offset(shape_, strides_, [&](int64_t i, int64_t off) {
@@ -206,6 +240,7 @@ std::vector<float> Tensor::to_vector() const {
 }
 
 std::vector<int64_t> Tensor::to_vector_i64() const {
+  if (is_cuda()) return to(DeviceSpec{}).to_vector_i64();
   std::vector<int64_t> out(static_cast<size_t>(numel()));
   const void* base = data_ptr();
   for_each_offset(shape_, strides_, [&](int64_t i, int64_t off) {
@@ -294,14 +329,30 @@ Tensor Tensor::contiguous() const {
 }
 
 Tensor Tensor::clone() const {
-  Tensor t = empty(shape_, dtype_, device());
+  Tensor t = empty(shape_, dtype_, device(), device_index());
   t.copy_(*this);
   return t;
 }
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
-  Tensor t = empty(shape_, dtype, device());
+  Tensor t = empty(shape_, dtype, device(), device_index());
+  t.copy_(*this);
+  return t;
+}
+
+Tensor Tensor::to(DeviceSpec d) const {
+  if (d.kind == Device::CPU && !is_cuda()) return *this;
+  if (d.kind == Device::CUDA && d.index < 0) d.index = cuda::current_device();
+  if (d.kind == Device::CUDA && is_cuda() && d.index == device_index()) return *this;
+  Tensor t = empty(shape_, dtype_, d.kind, d.index);
+  t.copy_(*this);
+  return t;
+}
+
+Tensor Tensor::pin_memory() const {
+  if (is_pinned()) return *this;
+  Tensor t = empty_pinned(shape_, dtype_);
   t.copy_(*this);
   return t;
 }
@@ -309,6 +360,10 @@ Tensor Tensor::to(DType dtype) const {
 void Tensor::copy_(const Tensor& src) {
   PT_CHECK(src.shape_ == shape_, "copy_(): shape ", shape_str(src.shape_), " into ", shape_str(shape_));
   if (numel() == 0) return;
+  if (is_cuda() || src.is_cuda()) {
+    detail::cuda_copy(*this, src);
+    return;
+  }
   if (src.dtype_ == dtype_ && is_contiguous() && src.is_contiguous()) {
     std::memmove(data_ptr(), src.data_ptr(), nbytes());
     return;
@@ -336,6 +391,10 @@ void Tensor::copy_(const Tensor& src) {
 }
 
 void Tensor::fill_(double value) {
+  if (is_cuda()) {
+    detail::cuda_fill(*this, value);
+    return;
+  }
   void* b = data_ptr();
   if (is_contiguous() && dtype_ == DType::F32) {
     float* p = static_cast<float*>(b);
@@ -347,7 +406,9 @@ void Tensor::fill_(double value) {
 }
 
 void Tensor::zero_() {
-  if (is_contiguous()) {
+  if (is_cuda()) {
+    detail::cuda_fill(*this, 0.0);
+  } else if (is_contiguous()) {
     if (nbytes()) std::memset(data_ptr(), 0, nbytes());
   } else {
     fill_(0.0);
@@ -395,7 +456,7 @@ std::string Tensor::to_string() const {
   os << "Tensor[" << dtype_name(dtype_) << " ";
   for (size_t i = 0; i < shape_.size(); ++i) os << (i ? "x" : "") << shape_[i];
   if (shape_.empty()) os << "scalar";
-  os << " " << device_name(device()) << "]";
+  os << " " << device_spec().str() << "]";
   return os.str();
 }
 

@@ -1,4 +1,4 @@
-// Caching allocators with byte accounting.
+// Caching allocators with byte accounting, one per device.
 //
 // A CachingAllocator hands out 64-byte-aligned blocks and keeps freed blocks in size-class
 // free lists instead of returning them to the OS, so a training step that repeats the
@@ -10,14 +10,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <vector>
 
-namespace paratrain {
+#include "paratrain/tensor/device.h"
 
-enum class Device : uint8_t { CPU, CUDA };
-const char* device_name(Device d);
+namespace paratrain {
 
 struct AllocatorStats {
   int64_t bytes_in_use = 0;         // blocks handed out, rounded to their size class
@@ -42,7 +42,16 @@ class Allocator {
 
 class CachingAllocator final : public Allocator {
  public:
-  CachingAllocator() = default;
+  // Where blocks come from: `take(bytes)` returns fresh memory or throws std::bad_alloc;
+  // `give_back(p, bytes)` returns it. An allocation whose take() fails returns the cached
+  // blocks and tries once more before rethrowing.
+  struct Source {
+    std::function<void*(size_t)> take;
+    std::function<void(void*, size_t)> give_back;
+  };
+  // Memory from the OS (aligned_alloc; mmap with MADV_HUGEPAGE from 2 MiB).
+  CachingAllocator();
+  explicit CachingAllocator(Source source);
   ~CachingAllocator() override;
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
@@ -59,13 +68,17 @@ class CachingAllocator final : public Allocator {
  private:
   static void* os_alloc(size_t bytes);
   static void os_free(void* p, size_t bytes);
+  void release_cached_locked();
 
+  Source source_;
   mutable std::mutex mu_;
   std::map<size_t, std::vector<void*>> free_;  // size class -> cached blocks
   AllocatorStats stats_;
 };
 
-// The process-wide allocator of a device (CPU: a CachingAllocator).
-Allocator& allocator_for(Device d);
+// The process-wide allocator of a device: CPU, a CachingAllocator; CUDA, the caching
+// allocator of GPU `index` (-1: the current device; tensor/cuda_allocator.h). InputError
+// when the device is not there (no CUDA build, driver or GPU).
+Allocator& allocator_for(Device d, int index = -1);
 
 }  // namespace paratrain

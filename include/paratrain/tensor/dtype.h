@@ -63,7 +63,9 @@ inline float f16_to_f32(uint16_t h) {
 #if defined(__F16C__)
   return _cvtsh_ss(h);
 #else
-  return static_cast<float>(*reinterpret_cast<const _Float16*>(&h));
+  _Float16 v;
+  std::memcpy(&v, &h, 2);
+  return static_cast<float>(v);
 #endif
 }
 

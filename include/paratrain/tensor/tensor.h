@@ -38,8 +38,12 @@ int64_t shape_numel(const Shape& s);
 // A block of device memory. Owns it unless created over external memory (from_blob).
 class Storage {
  public:
-  Storage(size_t nbytes, Device device);  // allocates from allocator_for(device)
-  Storage(void* external, size_t nbytes, Device device, std::function<void(void*)> deleter);
+  // Allocates from allocator_for(device, index); cuda with index -1: the current device.
+  Storage(size_t nbytes, Device device, int index = -1);
+  // Page-locked host memory (cuda::pinned_allocator()), for asynchronous copies to a GPU.
+  struct Pinned {};
+  Storage(size_t nbytes, Pinned);
+  Storage(void* external, size_t nbytes, Device device, std::function<void(void*)> deleter, int index = 0);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -47,6 +51,8 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  int device_index() const { return device_index_; }  // the GPU of a cuda storage; 0 for cpu
+  bool pinned() const { return pinned_; }
 
   // Points this storage at memory someone else manages, `p` (at least nbytes() bytes), or at
   // nothing (nullptr), releasing memory it owned. Every tensor on this storage, views and
@@ -56,9 +62,13 @@ class Storage {
   void rebind(void* p);
 
  private:
+  Allocator& owner() const;  // the allocator an owned block came from
+
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_ = Device::CPU;
+  int device_index_ = 0;
+  bool pinned_ = false;
   bool owned_ = true;
   std::function<void(void*)> deleter_;
 };
@@ -81,8 +91,17 @@ class Tensor {
   Tensor() = default;
 
   // ---- factories ----
-  static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device::CPU);
-  static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device::CPU);
+  // On `device`; cuda with `index` -1 is the calling thread's current device.
+  static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device::CPU, int index = -1);
+  static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device::CPU, int index = -1);
+  static Tensor empty(const Shape& shape, DType dtype, DeviceSpec device) {
+    return empty(shape, dtype, device.kind, device.index);
+  }
+  static Tensor zeros(const Shape& shape, DType dtype, DeviceSpec device) {
+    return zeros(shape, dtype, device.kind, device.index);
+  }
+  // Host memory that is page-locked, so copies to a GPU from it run asynchronously.
+  static Tensor empty_pinned(const Shape& shape, DType dtype = DType::F32);
   static Tensor full(const Shape& shape, double value, DType dtype = DType::F32);
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape);
   static Tensor from_vector_i32(const std::vector<int32_t>& values, const Shape& shape);
@@ -95,6 +114,13 @@ class Tensor {
   bool defined() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }
   Device device() const { return storage_ ? storage_->device() : Device::CPU; }
+  // The GPU of a cuda tensor (0 for cpu), and both as a DeviceSpec ("cpu", "cuda:1").
+  int device_index() const { return storage_ ? storage_->device_index() : 0; }
+  DeviceSpec device_spec() const {
+    return device() == Device::CPU ? DeviceSpec{Device::CPU, -1} : DeviceSpec{Device::CUDA, device_index()};
+  }
+  bool is_cuda() const { return device() == Device::CUDA; }
+  bool is_pinned() const { return storage_ && storage_->pinned(); }
   const Shape& shape() const { return shape_; }
   const Shape& strides() const { return strides_; }
   int64_t dim() const { return static_cast<int64_t>(shape_.size()); }
@@ -113,7 +139,8 @@ class Tensor {
   T* data() const {
     return static_cast<T*>(data_ptr());
   }
-  // The single value of a one-element tensor, as double.
+  // The single value of a one-element tensor, as double. item(), to_vector() and
+  // to_vector_i64() of a cuda tensor copy to the host and wait for the device.
   double item() const;
   // Copies the elements out in row-major order, converted to float / int64.
   std::vector<float> to_vector() const;
@@ -132,7 +159,14 @@ class Tensor {
   Tensor contiguous() const;  // this when already contiguous
   Tensor clone() const;       // always a fresh contiguous copy
   Tensor to(DType dtype) const;
-  // Copies `src` (same shape, any dtype/strides) into this tensor's elements.
+  // This tensor on `device` (this when it is there already): a contiguous copy otherwise.
+  Tensor to(DeviceSpec device) const;
+  // A pinned host copy (this when it is pinned already); needs a CUDA GPU.
+  Tensor pin_memory() const;
+  // Copies `src` (same shape, any dtype/strides, any device) into this tensor's elements.
+  // Copies that involve a GPU run on the GPU's compute stream (tensor/cuda.h) in order with
+  // its kernels: to a GPU they return once the source may be reused (from pinned memory at
+  // once, the source kept alive until the copy ran); to the host they wait for the data.
   void copy_(const Tensor& src);
   void fill_(double value);
   void zero_();
@@ -151,7 +185,7 @@ class Tensor {
   const std::string& name() const;
   void set_name(const std::string& n) { autograd_meta().name = n; }
 
-  std::string to_string() const;  // "Tensor[f32 2x3 cpu]"
+  std::string to_string() const;  // "Tensor[f32 2x3 cpu]", "Tensor[bf16 4 cuda:0]"
 
  private:
   std::shared_ptr<Storage> storage_;

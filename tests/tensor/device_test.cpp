@@ -1,0 +1,81 @@
+// Devices on every build: parsing "cpu" / "cuda:N", what a build or machine without a GPU
+// says when asked for one, and the caching allocator's retry when its source runs out.
+#include <gtest/gtest.h>
+
+#include <new>
+
+#include "paratrain/tensor/allocator.h"
+#include "paratrain/tensor/cuda.h"
+#include "paratrain/tensor/cuda_allocator.h"
+#include "paratrain/tensor/tensor.h"
+
+using namespace paratrain;
+
+TEST(DeviceSpec, ParsesCpuCudaAndIndexedCuda) {
+  EXPECT_EQ(parse_device("cpu"), (DeviceSpec{Device::CPU, -1}));
+  EXPECT_EQ(parse_device("cuda"), (DeviceSpec{Device::CUDA, -1}));
+  EXPECT_EQ(parse_device("cuda:3"), (DeviceSpec{Device::CUDA, 3}));
+  EXPECT_EQ(parse_device("cuda:3").str(), "cuda:3");
+  EXPECT_EQ(parse_device("cuda").str(), "cuda");
+  EXPECT_EQ(parse_device("cpu").str(), "cpu");
+  for (const char* bad : {"", "gpu", "cuda:", "cuda:-1", "cuda:x", "CUDA", "cuda:1:2", "cpu:0"})
+    EXPECT_THROW(parse_device(bad), InputError) << bad;
+}
+
+TEST(DeviceSpec, CpuTensorsReportTheirDevice) {
+  Tensor t = Tensor::zeros({2, 3});
+  EXPECT_EQ(t.device_spec(), (DeviceSpec{Device::CPU, -1}));
+  EXPECT_FALSE(t.is_cuda());
+  EXPECT_FALSE(t.is_pinned());
+  EXPECT_EQ(t.to_string(), "Tensor[f32 2x3 cpu]");
+  EXPECT_TRUE(t.to(DeviceSpec{}).shares_storage(t));
+}
+
+TEST(DeviceSpec, NoGpuIsAClearInputError) {
+  if (cuda::device_count() > 0) GTEST_SKIP() << "this machine has a GPU (tests/gpu covers it)";
+  EXPECT_FALSE(cuda::unavailable_reason().empty());
+  try {
+    Tensor::empty({4}, DType::F32, Device::CUDA, 0);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:0 is not available"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Tensor::zeros({4}).to(parse_device("cuda")), InputError);
+  EXPECT_THROW(Tensor::empty_pinned({4}), InputError);
+  EXPECT_THROW(cuda::set_device(0), InputError);
+  EXPECT_EQ(cuda::device_of(nullptr), -1);
+}
+
+TEST(CachingAllocatorSource, ReturnsCachedBlocksAndRetriesWhenTheSourceIsOut) {
+  // A source with room for two 1 KiB blocks.
+  int live = 0, taken = 0, given_back = 0;
+  CachingAllocator a(CachingAllocator::Source{
+      [&](size_t bytes) -> void* {
+        if (live == 2) throw std::bad_alloc();
+        ++live;
+        ++taken;
+        return ::operator new(bytes);
+      },
+      [&](void* p, size_t) {
+        --live;
+        ++given_back;
+        ::operator delete(p);
+      }});
+  void* p1 = a.allocate(1024);
+  void* p2 = a.allocate(1024);
+  a.deallocate(p2, 1024);  // cached in the 1 KiB class
+  // A 2 KiB block does not fit: the allocator returns the cached 1 KiB block and retries.
+  void* p3 = a.allocate(2048);
+  EXPECT_EQ(taken, 3);
+  EXPECT_EQ(given_back, 1);
+  EXPECT_EQ(a.stats().bytes_reserved, 1024 + 2048);
+  EXPECT_EQ(a.stats().bytes_in_use, 1024 + 2048);
+  // With nothing cached the failure reaches the caller, and the accounting is unchanged.
+  EXPECT_THROW(a.allocate(4096), std::bad_alloc);
+  EXPECT_EQ(a.stats().bytes_in_use, 1024 + 2048);
+  a.deallocate(p1, 1024);
+  a.deallocate(p3, 2048);
+  a.empty_cache();
+  EXPECT_EQ(live, 0);
+  EXPECT_EQ(a.stats().bytes_reserved, 0);
+}
