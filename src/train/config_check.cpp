@@ -7,13 +7,23 @@
 #include "paratrain/optim/optimizer.h"
 #include "paratrain/parallel/grad_compression.h"
 #include "paratrain/parallel/pipeline/schedule.h"
+#include "paratrain/tensor/cuda.h"
+#include "paratrain/tensor/device.h"
 #include "paratrain/train/task.h"
 
 namespace paratrain::train {
 
 void validate_config(const TrainConfig& c) {
-  if (c.device != "cpu")
-    PT_THROW(InputError, "--device ", c.device, " is not available: this build of paratrain has no CUDA support");
+  const DeviceSpec device = parse_device(c.device);  // InputError naming the text
+  if (device.kind == Device::CUDA) {
+    if (!cuda::built())
+      PT_THROW(InputError, "--device ", c.device, " is not available: this build of paratrain has no CUDA support");
+    if (cuda::device_count() == 0)
+      PT_THROW(InputError, "--device ", c.device, " is not available: ", cuda::unavailable_reason());
+    PT_THROW(InputError, "--device ", c.device,
+             ": training on GPUs is not built yet; this build has CUDA tensors, kernels and the NCCL backend "
+             "(docs/cuda.md) but the training loop runs on the CPU (--device cpu)");
+  }
   if (c.grad_accum < 1) PT_THROW(InputError, "--grad-accum must be at least 1, got ", c.grad_accum);
   if (c.micro_batch < 0) PT_THROW(InputError, "--micro-batch must be positive, got ", c.micro_batch);
   if (c.steps < 0) PT_THROW(InputError, "--steps must not be negative, got ", c.steps);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "paratrain/kernels/registry.h"
+#include "paratrain/tensor/cuda.h"
 
 using namespace paratrain;
 using kernels::Registry;
@@ -36,16 +37,19 @@ TEST(KernelDispatch, AMissingKernelNamesTheKernelDeviceAndDtype) {
     EXPECT_NE(m.find("i64"), std::string::npos) << m;
   }
   try {
-    r.gemm.at(Device::CUDA, DType::BF16);
-    FAIL() << "this build registers no CUDA kernels";
+    r.gemm.at(Device::CUDA, DType::I64);
+    FAIL() << "no build registers an i64 GEMM";
   } catch (const kernels::NoKernelError& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("'gemm'"), std::string::npos) << m;
     EXPECT_NE(m.find("cuda"), std::string::npos) << m;
-    EXPECT_NE(m.find("bf16"), std::string::npos) << m;
+    EXPECT_NE(m.find("i64"), std::string::npos) << m;
   }
   // It is an InputError: the CLI turns it into one line and exit 2.
-  EXPECT_THROW(r.gelu_forward.at(Device::CUDA, DType::F32), InputError);
+  EXPECT_THROW(r.conv2d_forward.at(Device::CUDA, DType::F32), InputError);
+  // With CUDA, the GPU kernels are in the same tables; without, none are.
+  EXPECT_EQ(r.gemm.has(Device::CUDA, DType::BF16), cuda::built());
+  EXPECT_EQ(r.attention_forward.has(Device::CUDA, DType::F32), cuda::built());
 }
 
 TEST(KernelDispatch, CastsAreKeyedByTheHalfType) {

@@ -190,7 +190,7 @@ TEST(Planner, EnumeratesOnlyValidLayouts) {
 }
 
 TEST(Planner, CpuDeviceReadsTheMachine) {
-  const DeviceSpec d = cpu_device(2);
+  const DeviceModel d = cpu_device(2);
   EXPECT_GT(d.memory_bytes, int64_t(1) << 28);
   EXPECT_GT(d.peak_flops_fp32, 1e9);
   EXPECT_NE(d.note.find("MemTotal"), std::string::npos);

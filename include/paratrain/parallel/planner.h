@@ -28,7 +28,7 @@
 namespace paratrain::parallel::planner {
 
 // ---- devices ----
-struct DeviceSpec {
+struct DeviceModel {
   std::string name;            // "h100-80g", "cpu", "custom"
   int64_t memory_bytes = 0;    // per device
   int64_t reserved_bytes = 0;  // not for tensors: CUDA context, library workspaces (0 on the CPU)
@@ -45,12 +45,12 @@ struct DeviceSpec {
 // The names device_preset() knows: cpu, h100-80g, h200-141g, a100-40g, a100-80g, v100-16g, rtx4090-24g.
 std::vector<std::string> device_preset_names();
 // A preset by name; "cpu" is cpu_device(ranks). InputError naming the choices otherwise.
-DeviceSpec device_preset(const std::string& name, int ranks = 1);
+DeviceModel device_preset(const std::string& name, int ranks = 1);
 // This machine shared by `ranks` processes: memory MemTotal of /proc/meminfo / ranks; peak
 // FLOP/s = cores (hardware threads / 2 when the CPU has SMT siblings) x clock (cpu MHz of
 // /proc/cpuinfo) x f32 FLOPs per cycle (2 FMA units x lanes: 16 with avx512f, 8 with avx2,
 // 4 otherwise, x 2 for the multiply-add) / ranks; bandwidth: shared memory, 10 GB/s.
-DeviceSpec cpu_device(int ranks = 1);
+DeviceModel cpu_device(int ranks = 1);
 
 // ---- layouts ----
 enum class Recompute { None, Full, Selective };
@@ -127,7 +127,7 @@ struct PlanInput {
   nn::GPTConfig model;
   int64_t global_batch = 8;   // sequences per optimizer step
   int devices = 1;
-  DeviceSpec device;
+  DeviceModel device;
   bool bf16 = false;
   std::vector<int64_t> micro_batches;  // choices; empty = 1, 2, 4, ... up to global / dp
   double efficiency = 0.5;    // the fraction of peak FLOP/s the matrix products reach

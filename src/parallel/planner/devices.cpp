@@ -18,9 +18,9 @@ constexpr double GB = 1e9, TF = 1e12;
 // cuBLAS workspaces and the allocator's fragmentation. FLOP/s: dense datasheet peaks (fp32
 // without TF32; bf16 with f32 accumulation). Bandwidth per GPU and direction: NVLink (or PCIe)
 // inside a node of 8, InfiniBand between nodes (one NIC per GPU).
-DeviceSpec gpu(const std::string& name, int64_t mem_mib, double fp32_tf, double bf16_tf, double intra_gb,
+DeviceModel gpu(const std::string& name, int64_t mem_mib, double fp32_tf, double bf16_tf, double intra_gb,
                double inter_gb, const std::string& note) {
-  DeviceSpec d;
+  DeviceModel d;
   d.name = name;
   d.memory_bytes = mem_mib * MiB;
   d.reserved_bytes = 1024 * MiB;
@@ -38,7 +38,7 @@ std::vector<std::string> device_preset_names() {
   return {"cpu", "h100-80g", "h200-141g", "a100-40g", "a100-80g", "v100-16g", "rtx4090-24g"};
 }
 
-DeviceSpec device_preset(const std::string& name, int ranks) {
+DeviceModel device_preset(const std::string& name, int ranks) {
   if (name == "cpu") return cpu_device(ranks);
   if (name == "h100-80g")
     return gpu(name, 81559, 67, 989, 450, 50, "H100 SXM: 67 TFLOP/s fp32, 989 bf16; NVLink 4 450 GB/s, NDR IB 50 GB/s");
@@ -58,9 +58,9 @@ DeviceSpec device_preset(const std::string& name, int ranks) {
   PT_THROW(InputError, "unknown --device '", name, "' (expected ", names, ", or --memory-gib and --peak-tflops)");
 }
 
-DeviceSpec cpu_device(int ranks) {
+DeviceModel cpu_device(int ranks) {
   if (ranks < 1) ranks = 1;
-  DeviceSpec d;
+  DeviceModel d;
   d.name = "cpu";
   int64_t mem_kib = 0;
   {

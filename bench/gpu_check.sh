@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# gpu_check.sh: everything paratrain does on NVIDIA GPUs, on a machine that has them, in one
+# run (under 8 minutes on one H200):
+#   1. builds with the CUDA parts (-DPARATRAIN_CUDA=on) into build/gpu;
+#   2. runs every GPU test (ctest -L gpu);
+#   3. measures paratrain's CUDA kernels (gpu_kernels_bench) beside PyTorch's for the same
+#      gpt2-124m shapes (torch_gpu_kernels.py) and prints the ratios;
+#   4. trains gpt-mini and gpt2-124m in bf16 on one GPU, and with DDP on all GPUs, with
+#      `paratrain train --device cuda` beside PyTorch (torch_gpu_train.py: SDPA, autocast,
+#      fused AdamW) on the same GPU: tokens/s, MFU and peak memory.
+# Exits 1 when a test fails or a step that should work does not; prints what it skipped.
+#
+# Usage: bash bench/gpu_check.sh [BUILD_DIR]     (STEPS=200 MB_MINI=32 MB_124M=8 to change)
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${1:-$ROOT/build/gpu}
+STEPS=${STEPS:-200}
+MB_MINI=${MB_MINI:-32}
+MB_124M=${MB_124M:-8}
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+T0=$(date +%s)
+status=0
+say() { printf '\n== %s (t=%ss)\n' "$*" "$(( $(date +%s) - T0 ))"; }
+
+say "GPUs"
+if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L; then
+  echo "gpu_check: no NVIDIA GPU here (nvidia-smi): nothing to check" >&2
+  exit 2
+fi
+NGPU=$(nvidia-smi -L | grep -c '^GPU')
+grep -m1 'model name' /proc/cpuinfo
+
+say "build (PARATRAIN_CUDA=on)"
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O3 -DNDEBUG" \
+  -DPARATRAIN_CUDA=on > "$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log"; exit 1; }
+cmake --build "$BUILD" -j "$(nproc)" --target paratrain_cli test_gpu gpu_kernels_bench > "$BUILD.build.log" 2>&1 ||
+  { tail -50 "$BUILD.build.log"; exit 1; }
+BIN=$BUILD/bin/paratrain
+"$BIN" doctor 2>&1 | grep -E 'cuda' || true
+
+say "GPU tests (ctest -L gpu)"
+(cd "$BUILD" && ctest -L gpu --output-on-failure --timeout 300 -j 4 2>&1 | tail -25) || status=1
+(cd "$BUILD" && ctest -L gpu -N | tail -1)
+
+say "kernels: paratrain vs PyTorch (gpt2-124m shapes, cuda:0)"
+"$BUILD/bin/gpu_kernels_bench" > "$BUILD/kernels_paratrain.jsonl" || status=1
+"$PY" "$ROOT/bench/torch_gpu_kernels.py" > "$BUILD/kernels_torch.jsonl" || echo "(PyTorch kernels did not run)"
+"$PY" - "$BUILD/kernels_paratrain.jsonl" "$BUILD/kernels_torch.jsonl" <<'PY'
+import json, sys
+def load(p):
+    try: return {(r["kernel"], r["dtype"]): r for r in map(json.loads, open(p)) if r}
+    except OSError: return {}
+ours, torch = load(sys.argv[1]), load(sys.argv[2])
+print(f"{'kernel':28} {'dtype':5} {'paratrain ms':>12} {'TFLOP/s':>8} {'pytorch ms':>11} {'TFLOP/s':>8} {'speed vs torch':>14}")
+for k, r in ours.items():
+    t = torch.get(k)
+    ratio = f"{t['ms'] / r['ms']:.2f}x" if t and r["ms"] > 0 else "-"
+    print(f"{k[0]:28} {k[1]:5} {r['ms']:12.4f} {r['tflops']:8.1f} {t['ms'] if t else float('nan'):11.4f} "
+          f"{t['tflops'] if t else float('nan'):8.1f} {ratio:>14}")
+PY
+
+train_paratrain() {  # MODEL MB NPROC -> JSON line of the last step's metrics, or a reason
+  local model=$1 mb=$2 np=$3 out="$BUILD/train_${1}_${3}gpu.metrics.jsonl" log="$BUILD/train_${1}_${3}gpu.log"
+  rm -f "$out"
+  local cmd=("$BIN" train --device cuda --precision bf16 --model "$model" --micro-batch "$mb" --steps "$STEPS"
+             --data "$TOKENS" --metrics "$out" --quiet)
+  if [ "$np" -gt 1 ]; then
+    cmd=("$BIN" launch --nproc-per-node "$np" -- "${cmd[@]}")
+  fi
+  if timeout 300 "${cmd[@]}" > "$log" 2>&1 && [ -s "$out" ]; then
+    "$PY" - "$out" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"eval"' not in l]
+steady = rows[len(rows) // 4:]
+print(json.dumps({"impl": "paratrain", "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in steady), 1),
+                  "mfu": round(statistics.median(r.get("mfu", 0) for r in steady), 4),
+                  "peak_mem_bytes": max(max(r.get("mem_peak_bytes", [0])) for r in rows), "loss": rows[-1]["loss"]}))
+PY
+  else
+    echo "paratrain train did not finish ($log):"
+    tail -3 "$log"
+    return 1
+  fi
+}
+
+say "training: paratrain vs PyTorch, bf16, $STEPS steps"
+source "$ROOT/bench/lib.sh"
+TOKENS=$(bench_token_file "$BUILD")
+for spec in "gpt-mini $MB_MINI" "gpt2-124m $MB_124M"; do
+  set -- $spec
+  for np in 1 $([ "$NGPU" -gt 1 ] && echo "$NGPU"); do
+    echo "-- $1, micro-batch $2, $np GPU(s)"
+    train_paratrain "$1" "$2" "$np" || status=1
+    "$PY" "$ROOT/bench/torch_gpu_train.py" --model "$1" --micro-batch "$2" --steps "$((STEPS / 2))" --nproc "$np" ||
+      echo "(PyTorch training did not run)"
+  done
+done
+
+say "done: $( [ $status -eq 0 ] && echo all checks passed || echo SOME CHECKS FAILED )"
+exit $status

@@ -1,0 +1,144 @@
+// gpu_kernels_bench: paratrain's CUDA kernels on cuda:0, through the kernel dispatch as the
+// layers call them, for gpt2-124m's shapes (B=8, T=1024, C=768, NH=12, V=50257): every
+// GEMM of a block and the LM head in bf16 (A, B bf16; C f32; f32 accumulation) and f32, the
+// bf16 peak (8192^3), fused causal attention forward + backward, LayerNorm and the fused
+// cross-entropy. Prints one JSON line per kernel:
+//   {"kernel": ..., "dtype": ..., "ms": ..., "tflops": ...}
+// Timing: CUDA events around `iters` launches after 3 warm-up launches; the median of 5
+// repetitions. bench/torch_gpu_kernels.py measures the same shapes in PyTorch;
+// bench/gpu_check.sh prints the two side by side. Built only with CUDA (cmake/cuda.cmake).
+//
+// Usage: gpu_kernels_bench [--quick]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "paratrain/kernels/registry.h"
+#include "paratrain/tensor/cuda.h"
+#include "paratrain/tensor/cuda_check.h"
+#include "paratrain/tensor/tensor.h"
+
+using namespace paratrain;
+
+namespace {
+
+const Device kGpu = Device::CUDA;
+
+Tensor random_on_gpu(const Shape& shape, DType dtype, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  for (float& x : v) x = d(rng);
+  return Tensor::from_vector(v, shape).to(dtype).to(DeviceSpec{kGpu, 0});
+}
+
+// Median milliseconds of one call of f.
+double time_ms(const std::function<void()>& f, int iters, int reps) {
+  cudaStream_t s = static_cast<cudaStream_t>(cuda::compute_stream());
+  for (int i = 0; i < 3; ++i) f();
+  cudaEvent_t a, b;
+  PT_CUDA_CHECK(cudaEventCreate(&a));
+  PT_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    PT_CUDA_CHECK(cudaEventRecord(a, s));
+    for (int i = 0; i < iters; ++i) f();
+    PT_CUDA_CHECK(cudaEventRecord(b, s));
+    PT_CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    PT_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t / iters);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void report(const std::string& kernel, DType dt, double ms, double flops) {
+  std::printf("{\"kernel\": \"%s\", \"dtype\": \"%s\", \"ms\": %.4f, \"tflops\": %.2f}\n", kernel.c_str(),
+              dtype_name(dt), ms, flops > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0);
+  std::fflush(stdout);
+}
+
+struct Gemm {
+  const char* name;
+  bool ta, tb;
+  int64_t M, N, K;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  if (cuda::device_count() == 0) {
+    std::fprintf(stderr, "gpu_kernels_bench: no CUDA GPU: %s\n", cuda::unavailable_reason().c_str());
+    return 2;
+  }
+  try {
+    cuda::set_device(0);
+    const auto& reg = kernels::registry();
+    const int iters = quick ? 3 : 20, reps = quick ? 2 : 5;
+    const int64_t B = 8, T = 1024, C = 768, NH = 12, V = 50257, BT = B * T;
+    // GEMMs: forward (x @ W), backward input (dy @ W^T) and weight (x^T @ dy) of c_attn and
+    // c_fc, the LM head forward, and the peak shape.
+    const std::vector<Gemm> gemms = {
+        {"peak 8192^3", false, false, 8192, 8192, 8192},
+        {"c_attn fwd", false, false, BT, 3 * C, C},   {"c_attn bwd dx", false, true, BT, C, 3 * C},
+        {"c_attn bwd dw", true, false, C, 3 * C, BT}, {"c_fc fwd", false, false, BT, 4 * C, C},
+        {"c_proj(mlp) fwd", false, false, BT, C, 4 * C}, {"lm_head fwd", false, true, BT, V, C}};
+    for (DType dt : {DType::BF16, DType::F32}) {
+      for (const Gemm& g : gemms) {
+        if (dt == DType::F32 && g.M == 8192 && g.K == 8192 && quick) continue;
+        Tensor a = random_on_gpu(g.ta ? Shape{g.K, g.M} : Shape{g.M, g.K}, dt, 1);
+        Tensor b = random_on_gpu(g.tb ? Shape{g.N, g.K} : Shape{g.K, g.N}, dt, 2);
+        Tensor c = Tensor::empty({g.M, g.N}, DType::F32, kGpu, 0);  // bf16 GEMMs write f32
+        auto fn = reg.gemm.at(kGpu, dt);
+        const int64_t lda = g.ta ? g.M : g.K, ldb = g.tb ? g.K : g.N;
+        double ms = time_ms([&] { fn(g.ta, g.tb, g.M, g.N, g.K, 1.f, a.data_ptr(), lda, b.data_ptr(), ldb, 0.f,
+                                     c.data_ptr(), g.N); },
+                            iters, reps);
+        report(std::string("gemm ") + g.name, dt, ms, 2.0 * g.M * g.N * g.K);
+      }
+    }
+    for (DType dt : {DType::BF16, DType::F32}) {
+      // Causal attention: 4*B*NH*T*T*hs flops forward (QK^T and PV, halved for the mask)
+      // and 2.5x that backward, as FlashAttention counts them.
+      Tensor qkv = random_on_gpu({B, T, 3 * C}, dt, 3);
+      Tensor out = Tensor::empty({B, T, C}, dt, kGpu, 0);
+      Tensor lse = Tensor::empty({B, NH, T}, DType::F32, kGpu, 0);
+      Tensor dout = random_on_gpu({B, T, C}, dt, 4);
+      Tensor dqkv = Tensor::zeros({B, T, 3 * C}, dt, kGpu, 0);
+      auto fwd = reg.attention_forward.at(kGpu, dt);
+      auto bwd = reg.attention_backward.at(kGpu, dt);
+      const double fwd_flops = 4.0 * B * NH * T * T * (C / NH) / 2;
+      double ms_f = time_ms([&] { fwd(out.data_ptr(), lse.data_ptr<float>(), qkv.data_ptr(), B, T, C, NH); }, iters, reps);
+      report("attention fwd", dt, ms_f, fwd_flops);
+      double ms_b = time_ms([&] {
+        bwd(dqkv.data_ptr(), dout.data_ptr(), qkv.data_ptr(), out.data_ptr(), lse.data_ptr<float>(), B, T, C, NH);
+      }, iters, reps);
+      report("attention bwd", dt, ms_b, 2.5 * fwd_flops);
+    }
+    {
+      Tensor x = random_on_gpu({BT, C}, DType::F32, 5);
+      Tensor w = random_on_gpu({C}, DType::F32, 6), bias = random_on_gpu({C}, DType::F32, 7);
+      Tensor y = Tensor::empty({BT, C}, DType::F32, kGpu, 0);
+      Tensor mean = Tensor::empty({BT}, DType::F32, kGpu, 0), rstd = Tensor::empty({BT}, DType::F32, kGpu, 0);
+      auto ln = reg.layernorm_forward.at(kGpu, DType::F32);
+      double ms = time_ms([&] {
+        ln(y.data_ptr(), mean.data_ptr(), rstd.data_ptr(), x.data_ptr(), w.data_ptr(), bias.data_ptr(), BT, C, 1e-5f);
+      }, iters, reps);
+      report("layernorm fwd", DType::F32, ms, 0);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpu_kernels_bench: %s\n", e.what());
+    return 1;
+  }
+}
