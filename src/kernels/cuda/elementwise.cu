@@ -87,7 +87,7 @@ View make_view(int ndim, const int64_t* sizes, const int64_t* strides, const cha
     if (sizes[d] < 0) PT_THROW(InputError, who, ": negative size ", sizes[d], " in dim ", d);
     v.count *= sizes[d];
     if (sizes[d] == 1) continue;
-    if (strides[d] == 0) PT_THROW(InputError, who, ": a 0 stride maps several elements to one address");
+    if (strides[d] == 0 && sizes[d] > 1) PT_THROW(InputError, who, ": a 0 stride maps several elements to one address");
     if (v.nd > 0 && v.stride[v.nd - 1] == strides[d] * sizes[d]) {  // merge with the previous dim
       v.size[v.nd - 1] *= sizes[d];
       v.stride[v.nd - 1] = strides[d];

@@ -205,7 +205,7 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   if (M == 0 || N == 0 || batch == 0) return;
   if (K == 0) return scale_matrices<T>(C, M, N, ldc, beta, batch, stride_c);
   if (batch > 1 && (stride_a == 0 || stride_b == 0)) {
-    const size_t es = dtype_size(T);
+    const int64_t es = static_cast<int64_t>(dtype_size(T));
     for (int64_t i = 0; i < batch; ++i)
       run<T>(trans_a, trans_b, M, N, K, alpha, static_cast<const char*>(A) + i * stride_a * es, lda,
              static_cast<const char*>(B) + i * stride_b * es, ldb, beta, static_cast<char*>(C) + i * stride_c * es,
