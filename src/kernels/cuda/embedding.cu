@@ -1,0 +1,111 @@
+// The CUDA embedding and GPT-encoder kernels, f32 (kernels/cuda/basic.h; legends in
+// kernels/cpu/embedding.h).
+//
+// Token ids are checked on the device before anything is written: a kernel records the
+// first position whose id is outside [0,V), the host waits for it and throws InputError
+// naming the id and the position, as the CPU kernel does. So these calls wait for the
+// compute stream once each. The backward scatters with f32 atomicAdd (order not fixed: not
+// bitwise deterministic); the positional part of encoder_backward sums over b in order.
+#include <climits>
+
+#include "kernels/cuda/basic.h"
+#include "kernels/cuda/launch.h"
+
+namespace paratrain::kernels::cuda {
+namespace {
+
+using detail::launch_each;
+
+struct TokenCheckState {
+  std::mutex mu;
+  unsigned long long* first_bad = nullptr;  // smallest bad position, ULLONG_MAX if none
+  TokenCheckState() { PT_CUDA_CHECK(cudaMalloc(&first_bad, sizeof(unsigned long long))); }
+};
+
+__global__ void find_bad_token(const int32_t* tokens, int64_t N, int64_t V, unsigned long long* first_bad) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N; i += step)
+    if (tokens[i] < 0 || tokens[i] >= V) atomicMin(first_bad, static_cast<unsigned long long>(i));
+}
+
+void check_sizes(int64_t N, int64_t V, int64_t C, const char* who) {
+  if (N < 0 || V <= 0 || C < 0) PT_THROW(InputError, who, ": bad sizes N=", N, " V=", V, " C=", C);
+}
+
+// Throws InputError for the first token id outside [0,V); waits for the compute stream.
+void check_tokens(const int32_t* tokens, int64_t N, int64_t V, const char* who) {
+  if (N == 0) return;
+  TokenCheckState& st = detail::per_device<TokenCheckState>();
+  std::lock_guard<std::mutex> lock(st.mu);
+  cudaStream_t s = detail::stream();
+  const unsigned long long none = ULLONG_MAX;
+  PT_CUDA_CHECK(cudaMemcpyAsync(st.first_bad, &none, sizeof(none), cudaMemcpyHostToDevice, s));
+  find_bad_token<<<detail::grid_for(N), detail::kThreads, 0, s>>>(tokens, N, V, st.first_bad);
+  PT_CUDA_CHECK_LAUNCH();
+  unsigned long long bad = none;
+  PT_CUDA_CHECK(cudaMemcpyAsync(&bad, st.first_bad, sizeof(bad), cudaMemcpyDeviceToHost, s));
+  PT_CUDA_CHECK(cudaStreamSynchronize(s));
+  if (bad == none) return;
+  int32_t id = 0;
+  PT_CUDA_CHECK(cudaMemcpyAsync(&id, tokens + bad, sizeof(id), cudaMemcpyDeviceToHost, s));
+  PT_CUDA_CHECK(cudaStreamSynchronize(s));
+  PT_THROW(InputError, who, ": token id ", id, " at position ", bad, " is outside the vocabulary [0,", V, ")");
+}
+
+void scatter_add(float* dwte, const float* dout, const int32_t* tokens, int64_t N, int64_t C) {
+  launch_each(N * C, "embedding_backward", [=] __device__(int64_t i) {
+    const int64_t n = i / C, c = i % C;
+    atomicAdd(dwte + static_cast<int64_t>(tokens[n]) * C + c, dout[i]);
+  });
+}
+
+}  // namespace
+
+void embedding_forward(void* out, const int32_t* tokens, const void* wte, int64_t N, int64_t V, int64_t C) {
+  check_sizes(N, V, C, "embedding_forward");
+  check_tokens(tokens, N, V, "embedding_forward");
+  auto* o = static_cast<float*>(out);
+  auto* w = static_cast<const float*>(wte);
+  launch_each(N * C, "embedding_forward", [=] __device__(int64_t i) {
+    const int64_t n = i / C, c = i % C;
+    o[i] = w[static_cast<int64_t>(tokens[n]) * C + c];
+  });
+}
+
+void embedding_backward(void* dwte, const void* dout, const int32_t* tokens, int64_t N, int64_t V, int64_t C) {
+  check_sizes(N, V, C, "embedding_backward");
+  check_tokens(tokens, N, V, "embedding_backward");
+  scatter_add(static_cast<float*>(dwte), static_cast<const float*>(dout), tokens, N, C);
+}
+
+void encoder_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int64_t B, int64_t T,
+                     int64_t V, int64_t C) {
+  if (B < 0 || T < 0) PT_THROW(InputError, "encoder_forward: negative size B=", B, " T=", T);
+  check_sizes(B * T, V, C, "encoder_forward");
+  check_tokens(tokens, B * T, V, "encoder_forward");
+  auto* o = static_cast<float*>(out);
+  auto* w = static_cast<const float*>(wte);
+  auto* p = static_cast<const float*>(wpe);
+  launch_each(B * T * C, "encoder_forward", [=] __device__(int64_t i) {
+    const int64_t bt = i / C, c = i % C;
+    o[i] = w[static_cast<int64_t>(tokens[bt]) * C + c] + p[(bt % T) * C + c];
+  });
+}
+
+void encoder_backward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens, int64_t B, int64_t T,
+                      int64_t V, int64_t C) {
+  if (B < 0 || T < 0 || C < 0) PT_THROW(InputError, "encoder_backward: negative size B=", B, " T=", T, " C=", C);
+  auto* g = static_cast<const float*>(dout);
+  if (dwte) embedding_backward(dwte, dout, tokens, B * T, V, C);
+  if (dwpe) {
+    auto* d = static_cast<float*>(dwpe);
+    // dwpe[t,c] += sum over b of dout[b,t,c]: one thread per (t,c), b in order
+    launch_each(T * C, "encoder_backward", [=] __device__(int64_t i) {
+      float acc = d[i];
+      for (int64_t b = 0; b < B; ++b) acc += g[b * T * C + i];
+      d[i] = acc;
+    });
+  }
+}
+
+}  // namespace paratrain::kernels::cuda
