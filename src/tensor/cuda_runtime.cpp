@@ -40,7 +40,8 @@ const Probe& probe() {
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
       cudaGetLastError();  // clear it
-      r.reason = std::string("no usable CUDA driver or GPU: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+      r.reason = std::string("no usable NVIDIA driver or GPU (cudaGetDeviceCount: ") + cudaGetErrorName(e) + ", " +
+                 cudaGetErrorString(e) + "; check `nvidia-smi` and `paratrain doctor`)";
       return r;
     }
     r.count = n;
