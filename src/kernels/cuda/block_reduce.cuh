@@ -1,0 +1,49 @@
+// Warp and block reductions of f32 values for the CUDA layer kernels (layernorm.cu,
+// softmax.cu, crossentropy.cu). Device code only.
+//
+// warp_sum / warp_max: over the 32 lanes of a full warp; every lane gets the result.
+// block_sum / block_max: over every thread of a 1-D block whose size is a multiple of 32
+// (at most 1024); every thread gets the result. They must be reached by all threads of the
+// block (they synchronise), and may be called repeatedly in one kernel (each call begins
+// with a barrier before it reuses its shared slots).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+namespace paratrain::kernels::cuda::detail {
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float slots[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  v = warp_sum(v);
+  __syncthreads();  // the previous call's readers are done with `slots`
+  if (lane == 0) slots[warp] = v;
+  __syncthreads();
+  return warp_sum(lane < nwarps ? slots[lane] : 0.0f);
+}
+
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float slots[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) slots[warp] = v;
+  __syncthreads();
+  return warp_max(lane < nwarps ? slots[lane] : -INFINITY);
+}
+
+}  // namespace paratrain::kernels::cuda::detail

@@ -1,0 +1,56 @@
+// The CUDA layer kernels (LayerNorm, softmax, log-softmax, fused softmax + cross-entropy,
+// fused causal attention) as host entry points with the CPU kernels' signatures and shape
+// legends (paratrain/kernels/cpu/{layernorm,softmax,attention}.h are the contract:
+// forward overwrites, backward accumulates, crossentropy_backward overwrites dlogits).
+// register_layers.cpp puts them into the dispatch tables for Device::CUDA.
+//
+// Every pointer is a device pointer of the current device; each call only enqueues work on
+// that device's compute stream (paratrain::cuda::compute_stream()) and returns without
+// waiting. Bad sizes throw InputError before anything is enqueued; a failed launch throws
+// cuda::CudaError. uint16_t buffers hold bf16 bits; statistics (mean, rstd, lse, losses,
+// dlosses) are f32. All math is f32.
+//
+// Differences from the CPU kernels, forced by running asynchronously:
+//  - crossentropy: a target outside [0,V) (and not kIgnoreIndex) cannot throw; its row's
+//    loss is NaN in the forward and its dlogits row is NaN in the backward, so a training
+//    step's non-finite check sees it.
+//  - layernorm_backward adds dweight/dbias with f32 atomics (one add per column per block
+//    of 256 rows): the sum order, and so the last bits, may differ from run to run.
+//  - attention: head size C/NH at most 128 (InputError otherwise).
+//
+// Thread-safety: as the CUDA runtime; calls on one stream run in order.
+#pragma once
+
+#include <cstdint>
+
+namespace paratrain::kernels::cuda {
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C, float eps);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
+
+void softmax_forward(float* out, const float* inp, int64_t N, int64_t C);
+void softmax_backward(float* dinp, const float* dout, const float* out, int64_t N, int64_t C);
+void log_softmax_forward(float* out, const float* inp, int64_t N, int64_t C);
+void log_softmax_backward(float* dinp, const float* dout, const float* out, int64_t N, int64_t C);
+
+void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
+                          int64_t V);
+void crossentropy_forward_bf16(float* losses, float* lse, const uint16_t* logits, const int32_t* targets,
+                               int64_t N, int64_t V);
+void crossentropy_backward(float* dlogits, const float* dlosses, const float* logits, const float* lse,
+                           const int32_t* targets, int64_t N, int64_t V);
+void crossentropy_backward_bf16(uint16_t* dlogits, const float* dlosses, const uint16_t* logits,
+                                const float* lse, const int32_t* targets, int64_t N, int64_t V);
+
+constexpr int64_t kAttnMaxHeadSize = 128;
+void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
+void attention_forward_bf16(uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T, int64_t C,
+                            int64_t NH);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                        int64_t B, int64_t T, int64_t C, int64_t NH);
+void attention_backward_bf16(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* out,
+                             const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH);
+
+}  // namespace paratrain::kernels::cuda

@@ -1,0 +1,382 @@
+// The CUDA layer kernels (src/kernels/cuda: LayerNorm, softmax, log-softmax, cross-entropy,
+// causal attention) against the CPU kernels, through the dispatch tables for Device::CUDA.
+// Inputs are random with fixed seeds; the backward kernels get gradient buffers prefilled
+// with non-zero values, so their += is checked (and crossentropy_backward's =).
+//
+// Tolerances, per element, with M = max |want| over the tensor:
+//   f32:  |got - want| <= 1e-5 |want| + 1e-5 M
+//   bf16: |got - want| <= 2e-2 |want| + 1e-3 M   (bf16 outputs of both kernels, rounded once
+//         from f32 sums of identical bf16 inputs: they differ by the f32 summation order and
+//         at most a rounding flip, 2^-8 relative)
+// For an accumulating f32 gradient the increments got - base and want - base are compared
+// (M their largest magnitude), with 4 ulps of |base| more for the rounding of the adds.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gpu/gpu_test_util.h"
+#include "paratrain/kernels/cpu/attention.h"
+#include "paratrain/kernels/cpu/elementwise.h"
+#include "paratrain/kernels/cpu/layernorm.h"
+#include "paratrain/kernels/cpu/softmax.h"
+#include "paratrain/kernels/registry.h"
+#include "paratrain/tensor/cuda_check.h"
+
+namespace paratrain::kernels {
+namespace {
+
+constexpr Device kGpu = Device::CUDA;
+constexpr Device kCpu = Device::CPU;
+constexpr DType kF32 = DType::F32;
+constexpr DType kBF16 = DType::BF16;
+
+struct Tolerance {
+  double rtol, atol_frac;
+};
+constexpr Tolerance kF32Tol{1e-5, 1e-5};
+constexpr Tolerance kBF16Tol{2e-2, 1e-3};
+
+// A device copy of a host vector; download() waits for the device and copies back.
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(const std::vector<T>& host) : n_(host.size()) {
+    PT_CUDA_CHECK(cudaMalloc(&p_, bytes()));
+    PT_CUDA_CHECK(cudaMemcpy(p_, host.data(), bytes(), cudaMemcpyHostToDevice));
+    PT_CUDA_CHECK(cudaDeviceSynchronize());  // the copy is done before a kernel on another stream reads it
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { cudaFree(p_); }
+  T* get() const { return p_; }
+  std::vector<T> download() const {
+    PT_CUDA_CHECK(cudaDeviceSynchronize());  // every stream's kernels are done
+    std::vector<T> h(n_);
+    PT_CUDA_CHECK(cudaMemcpy(h.data(), p_, bytes(), cudaMemcpyDeviceToHost));
+    return h;
+  }
+
+ private:
+  size_t bytes() const { return std::max<size_t>(1, n_) * sizeof(T); }
+  size_t n_;
+  T* p_ = nullptr;
+};
+
+template <typename T>
+std::vector<T> filled(size_t n, T value) {
+  return std::vector<T>(n, value);
+}
+
+std::vector<float> uniform(size_t n, float lo, float hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& f) {
+  std::vector<uint16_t> b(f.size());
+  cpu::f32_to_bf16(b.data(), f.data(), static_cast<int64_t>(f.size()));
+  return b;
+}
+
+std::vector<float> from_bf16(const std::vector<uint16_t>& b) {
+  std::vector<float> f(b.size());
+  cpu::bf16_to_f32(f.data(), b.data(), static_cast<int64_t>(b.size()));
+  return f;
+}
+
+// The check of the header comment; `base` (may be null) makes it a check of increments.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, Tolerance tol, const char* what,
+                  const std::vector<float>* base = nullptr) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  auto inc = [&](const std::vector<float>& v, size_t i) { return base ? v[i] - (*base)[i] : v[i]; };
+  double m = 0;
+  for (size_t i = 0; i < want.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(inc(want, i))));
+  size_t bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double g = inc(got, i), w = inc(want, i);
+    double allowed = tol.rtol * std::fabs(w) + tol.atol_frac * m;
+    if (base) allowed += 4 * std::ldexp(std::fabs(static_cast<double>((*base)[i])), -23);
+    if (!(std::fabs(g - w) <= allowed)) {  // NaN fails too
+      if (++bad <= 5)
+        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i] << " (|diff| "
+                      << std::fabs(g - w) << " > " << allowed << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << want.size() << " elements out of tolerance";
+}
+
+void expect_close_bf16(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want, const char* what) {
+  expect_close(from_bf16(got), from_bf16(want), kBF16Tol, what);
+}
+
+const Registry& R() { return registry(); }
+
+// ---- registration (no GPU needed) ----
+
+// No GPU needed (tests/gpu is only built with CUDA).
+TEST(CudaLayerKernels, RegisteredWithTheCpuDtypes) {
+  const Registry& r = R();
+  // f32 for every layer kernel; bf16 exactly where the CPU has it.
+  auto same_dtypes = [](const auto& t) {
+    EXPECT_TRUE(t.has(kGpu, kF32)) << t.op();
+    EXPECT_EQ(t.has(kGpu, kBF16), t.has(kCpu, kBF16)) << t.op();
+  };
+  same_dtypes(r.layernorm_forward);
+  same_dtypes(r.layernorm_backward);
+  same_dtypes(r.softmax_forward);
+  same_dtypes(r.softmax_backward);
+  same_dtypes(r.log_softmax_forward);
+  same_dtypes(r.log_softmax_backward);
+  same_dtypes(r.crossentropy_forward);
+  same_dtypes(r.crossentropy_backward);
+  same_dtypes(r.attention_forward);
+  same_dtypes(r.attention_backward);
+  EXPECT_TRUE(r.attention_forward.has(kGpu, kBF16));
+  EXPECT_TRUE(r.crossentropy_backward.has(kGpu, kBF16));
+}
+
+// ---- LayerNorm ----
+
+TEST(CudaLayerKernels, LayerNormMatchesCpu) {
+  PT_REQUIRE_GPU();
+  struct Case {
+    int64_t N, C;
+    bool affine;
+  };
+  for (const Case& k : {Case{1, 7, true}, Case{37, 768, true}, Case{256, 100, false}, Case{5, 3000, true}}) {
+    SCOPED_TRACE("N=" + std::to_string(k.N) + " C=" + std::to_string(k.C) + " affine=" + std::to_string(k.affine));
+    const size_t n = static_cast<size_t>(k.N * k.C), c = static_cast<size_t>(k.C), rows = static_cast<size_t>(k.N);
+    std::vector<float> x = uniform(n, -2, 2, 1);
+    for (size_t i = 0; i < n; ++i) x[i] += static_cast<float>(i / c % 7);  // row offsets: the two passes matter
+    const std::vector<float> w = uniform(c, 0.5f, 1.5f, 2), b = uniform(c, -0.5f, 0.5f, 3);
+    const float* wp = k.affine ? w.data() : nullptr;
+    const float* bp = k.affine ? b.data() : nullptr;
+
+    std::vector<float> out(n), mean(rows), rstd(rows);
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), wp, bp, k.N, k.C);
+    DeviceBuffer<float> dx(x), dw(w), db(b), dout_(filled(n, 0.0f)), dmean(filled(rows, 0.0f)),
+        drstd(filled(rows, 0.0f));
+    R().layernorm_forward.at(kGpu, kF32)(dout_.get(), dmean.get(), drstd.get(), dx.get(),
+                                         k.affine ? dw.get() : nullptr, k.affine ? db.get() : nullptr, k.N, k.C,
+                                         cpu::kLayerNormEps);
+    expect_close(dout_.download(), out, kF32Tol, "layernorm out");
+    expect_close(dmean.download(), mean, kF32Tol, "layernorm mean");
+    expect_close(drstd.download(), rstd, kF32Tol, "layernorm rstd");
+
+    // Backward from the CPU's mean/rstd into prefilled gradients.
+    const std::vector<float> g = uniform(n, -1, 1, 4);
+    const std::vector<float> di0 = uniform(n, -0.1f, 0.1f, 5), dw0 = uniform(c, -0.1f, 0.1f, 6),
+                             db0 = uniform(c, -0.1f, 0.1f, 7);
+    std::vector<float> di = di0, dwt = dw0, dbs = db0;
+    cpu::layernorm_backward(di.data(), dwt.data(), dbs.data(), g.data(), x.data(), wp, mean.data(), rstd.data(),
+                            k.N, k.C);
+    DeviceBuffer<float> dg(g), ddi(di0), ddw(dw0), ddb(db0), cmean(mean), crstd(rstd);
+    R().layernorm_backward.at(kGpu, kF32)(ddi.get(), ddw.get(), ddb.get(), dg.get(), dx.get(),
+                                          k.affine ? dw.get() : nullptr, cmean.get(), crstd.get(), k.N, k.C);
+    expect_close(ddi.download(), di, kF32Tol, "layernorm dinp", &di0);
+    expect_close(ddw.download(), dwt, kF32Tol, "layernorm dweight", &dw0);
+    expect_close(ddb.download(), dbs, kF32Tol, "layernorm dbias", &db0);
+
+    // Gradients not wanted (nullptr) are skipped; dinp alone still accumulates.
+    DeviceBuffer<float> ddi2(di0);
+    R().layernorm_backward.at(kGpu, kF32)(ddi2.get(), nullptr, nullptr, dg.get(), dx.get(),
+                                          k.affine ? dw.get() : nullptr, cmean.get(), crstd.get(), k.N, k.C);
+    expect_close(ddi2.download(), di, kF32Tol, "layernorm dinp alone", &di0);
+  }
+}
+
+// ---- softmax, log-softmax ----
+
+TEST(CudaLayerKernels, SoftmaxAndLogSoftmaxMatchCpu) {
+  PT_REQUIRE_GPU();
+  struct Case {
+    int64_t N, C;
+  };
+  for (const Case& k : {Case{1, 1}, Case{37, 1000}, Case{3, 50257}}) {
+    SCOPED_TRACE("N=" + std::to_string(k.N) + " C=" + std::to_string(k.C));
+    const size_t n = static_cast<size_t>(k.N * k.C);
+    std::vector<float> x = uniform(n, -4, 4, 11);
+    for (int64_t c = 0; c < k.C; ++c) x[c] += 100.0f;  // row 0 overflows exp without the max subtraction
+    const std::vector<float> g = uniform(n, -1, 1, 12), d0 = uniform(n, -0.1f, 0.1f, 13);
+    DeviceBuffer<float> dx(x), dg(g);
+
+    std::vector<float> y(n), ly(n);
+    cpu::softmax_forward(y.data(), x.data(), k.N, k.C);
+    cpu::log_softmax_forward(ly.data(), x.data(), k.N, k.C);
+    DeviceBuffer<float> dy(filled(n, 9.0f)), dly(filled(n, 9.0f));
+    R().softmax_forward.at(kGpu, kF32)(dy.get(), dx.get(), k.N, k.C);
+    R().log_softmax_forward.at(kGpu, kF32)(dly.get(), dx.get(), k.N, k.C);
+    expect_close(dy.download(), y, kF32Tol, "softmax out");
+    expect_close(dly.download(), ly, kF32Tol, "log_softmax out");
+
+    std::vector<float> d = d0, ld = d0;
+    cpu::softmax_backward(d.data(), g.data(), y.data(), k.N, k.C);
+    cpu::log_softmax_backward(ld.data(), g.data(), ly.data(), k.N, k.C);
+    DeviceBuffer<float> cy(y), cly(ly), dd(d0), dld(d0);
+    R().softmax_backward.at(kGpu, kF32)(dd.get(), dg.get(), cy.get(), k.N, k.C);
+    R().log_softmax_backward.at(kGpu, kF32)(dld.get(), dg.get(), cly.get(), k.N, k.C);
+    expect_close(dd.download(), d, kF32Tol, "softmax dinp", &d0);
+    expect_close(dld.download(), ld, kF32Tol, "log_softmax dinp", &d0);
+  }
+}
+
+// ---- cross-entropy ----
+
+struct CeCase {
+  int64_t N, V;
+};
+constexpr CeCase kCeCases[] = {{1, 10}, {37, 50257}, {64, 1000}};
+
+std::vector<int32_t> targets_for(CeCase k) {
+  std::mt19937 rng(21);
+  std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(k.V - 1));
+  std::vector<int32_t> t(static_cast<size_t>(k.N));
+  for (auto& x : t) x = d(rng);
+  for (size_t r : {size_t{3}, size_t{10}})
+    if (r < t.size()) t[r] = cpu::kIgnoreIndex;
+  return t;
+}
+
+TEST(CudaLayerKernels, CrossEntropyF32MatchesCpu) {
+  PT_REQUIRE_GPU();
+  for (const CeCase& k : kCeCases) {
+    SCOPED_TRACE("N=" + std::to_string(k.N) + " V=" + std::to_string(k.V));
+    const size_t n = static_cast<size_t>(k.N * k.V), rows = static_cast<size_t>(k.N);
+    const std::vector<float> x = uniform(n, -3, 3, 22), dl = uniform(rows, 0.1f, 1.0f, 23);
+    const std::vector<int32_t> t = targets_for(k);
+    std::vector<float> loss(rows), lse(rows), dlogits(n);
+    cpu::crossentropy_forward(loss.data(), lse.data(), x.data(), t.data(), k.N, k.V);
+    cpu::crossentropy_backward(dlogits.data(), dl.data(), x.data(), lse.data(), t.data(), k.N, k.V);
+
+    DeviceBuffer<float> dx(x), ddl(dl), dloss(filled(rows, 5.0f)), dlse(filled(rows, 0.0f));
+    DeviceBuffer<int32_t> dt(t);
+    R().crossentropy_forward.at(kGpu, kF32)(dloss.get(), dlse.get(), dx.get(), dt.get(), k.N, k.V);
+    expect_close(dloss.download(), loss, kF32Tol, "crossentropy losses");
+    expect_close(dlse.download(), lse, kF32Tol, "crossentropy lse");
+
+    // Overwrites a prefilled dlogits; then in place over a copy of the logits.
+    DeviceBuffer<float> cl(lse), dd(filled(n, 7.0f)), inplace(x);
+    R().crossentropy_backward.at(kGpu, kF32)(dd.get(), ddl.get(), dx.get(), cl.get(), dt.get(), k.N, k.V);
+    expect_close(dd.download(), dlogits, kF32Tol, "crossentropy dlogits");
+    R().crossentropy_backward.at(kGpu, kF32)(inplace.get(), ddl.get(), inplace.get(), cl.get(), dt.get(), k.N, k.V);
+    expect_close(inplace.download(), dlogits, kF32Tol, "crossentropy dlogits in place");
+  }
+}
+
+TEST(CudaLayerKernels, CrossEntropyBF16MatchesCpu) {
+  PT_REQUIRE_GPU();
+  for (const CeCase& k : kCeCases) {
+    SCOPED_TRACE("N=" + std::to_string(k.N) + " V=" + std::to_string(k.V));
+    const size_t n = static_cast<size_t>(k.N * k.V), rows = static_cast<size_t>(k.N);
+    const std::vector<uint16_t> x = to_bf16(uniform(n, -3, 3, 24));
+    const std::vector<float> dl = uniform(rows, 0.1f, 1.0f, 25);
+    const std::vector<int32_t> t = targets_for(k);
+    std::vector<float> loss(rows), lse(rows);
+    std::vector<uint16_t> dlogits(n);
+    R().crossentropy_forward.at(kCpu, kBF16)(loss.data(), lse.data(), x.data(), t.data(), k.N, k.V);
+    R().crossentropy_backward.at(kCpu, kBF16)(dlogits.data(), dl.data(), x.data(), lse.data(), t.data(), k.N, k.V);
+
+    DeviceBuffer<uint16_t> dx(x), dd(filled<uint16_t>(n, 0x40e0));  // 7.0: must be overwritten
+    DeviceBuffer<float> ddl(dl), dloss(filled(rows, 5.0f)), dlse(filled(rows, 0.0f));
+    DeviceBuffer<int32_t> dt(t);
+    R().crossentropy_forward.at(kGpu, kBF16)(dloss.get(), dlse.get(), dx.get(), dt.get(), k.N, k.V);
+    // f32 statistics of identical bf16 inputs: the f32 tolerance.
+    expect_close(dloss.download(), loss, kF32Tol, "crossentropy bf16 losses");
+    expect_close(dlse.download(), lse, kF32Tol, "crossentropy bf16 lse");
+    DeviceBuffer<float> cl(lse);
+    R().crossentropy_backward.at(kGpu, kBF16)(dd.get(), ddl.get(), dx.get(), cl.get(), dt.get(), k.N, k.V);
+    expect_close_bf16(dd.download(), dlogits, "crossentropy bf16 dlogits");
+  }
+}
+
+// ---- attention ----
+
+struct AttnCase {
+  int64_t B, T, NH, hs;
+};
+constexpr AttnCase kAttnCases[] = {{1, 1, 1, 16}, {2, 37, 3, 64}, {1, 256, 2, 16},
+                                   {2, 256, 2, 64}, {1, 37, 1, 128}, {3, 17, 4, 16}};
+
+std::string attn_name(const AttnCase& k) {
+  return "B=" + std::to_string(k.B) + " T=" + std::to_string(k.T) + " NH=" + std::to_string(k.NH) +
+         " hs=" + std::to_string(k.hs);
+}
+
+TEST(CudaLayerKernels, AttentionF32MatchesCpu) {
+  PT_REQUIRE_GPU();
+  for (const AttnCase& k : kAttnCases) {
+    SCOPED_TRACE(attn_name(k));
+    const int64_t C = k.NH * k.hs;
+    const size_t nqkv = static_cast<size_t>(k.B * k.T * 3 * C), nout = static_cast<size_t>(k.B * k.T * C),
+                 nlse = static_cast<size_t>(k.B * k.NH * k.T);
+    const std::vector<float> qkv = uniform(nqkv, -2, 2, 31);
+    std::vector<float> out(nout), lse(nlse);
+    cpu::attention_forward(out.data(), lse.data(), qkv.data(), k.B, k.T, C, k.NH);
+
+    DeviceBuffer<float> dqkv_in(qkv), dout_(filled(nout, 9.0f)), dlse(filled(nlse, 9.0f));
+    R().attention_forward.at(kGpu, kF32)(dout_.get(), dlse.get(), dqkv_in.get(), k.B, k.T, C, k.NH);
+    expect_close(dout_.download(), out, kF32Tol, "attention out");
+    expect_close(dlse.download(), lse, kF32Tol, "attention lse");
+    // lse may be null (inference).
+    DeviceBuffer<float> dout2(filled(nout, 0.0f));
+    R().attention_forward.at(kGpu, kF32)(dout2.get(), nullptr, dqkv_in.get(), k.B, k.T, C, k.NH);
+    expect_close(dout2.download(), out, kF32Tol, "attention out without lse");
+
+    // Backward from the CPU's out and lse into a prefilled dqkv.
+    const std::vector<float> g = uniform(nout, -1, 1, 32), d0 = uniform(nqkv, -0.1f, 0.1f, 33);
+    std::vector<float> d = d0;
+    cpu::attention_backward(d.data(), g.data(), qkv.data(), out.data(), lse.data(), k.B, k.T, C, k.NH);
+    DeviceBuffer<float> dg(g), cout_(out), clse(lse), dd(d0);
+    R().attention_backward.at(kGpu, kF32)(dd.get(), dg.get(), dqkv_in.get(), cout_.get(), clse.get(), k.B, k.T, C,
+                                          k.NH);
+    expect_close(dd.download(), d, kF32Tol, "attention dqkv", &d0);
+  }
+}
+
+TEST(CudaLayerKernels, AttentionBF16MatchesCpu) {
+  PT_REQUIRE_GPU();
+  for (const AttnCase& k : kAttnCases) {
+    SCOPED_TRACE(attn_name(k));
+    const int64_t C = k.NH * k.hs;
+    const size_t nqkv = static_cast<size_t>(k.B * k.T * 3 * C), nout = static_cast<size_t>(k.B * k.T * C),
+                 nlse = static_cast<size_t>(k.B * k.NH * k.T);
+    const std::vector<uint16_t> qkv = to_bf16(uniform(nqkv, -2, 2, 34));
+    std::vector<uint16_t> out(nout);
+    std::vector<float> lse(nlse);
+    R().attention_forward.at(kCpu, kBF16)(out.data(), lse.data(), qkv.data(), k.B, k.T, C, k.NH);
+
+    DeviceBuffer<uint16_t> dq(qkv), dout_(filled<uint16_t>(nout, 0));
+    DeviceBuffer<float> dlse(filled(nlse, 9.0f));
+    R().attention_forward.at(kGpu, kBF16)(dout_.get(), dlse.get(), dq.get(), k.B, k.T, C, k.NH);
+    expect_close_bf16(dout_.download(), out, "attention bf16 out");
+    expect_close(dlse.download(), lse, kF32Tol, "attention bf16 lse");  // f32 statistics of identical inputs
+
+    const std::vector<uint16_t> g = to_bf16(uniform(nout, -1, 1, 35)), d0 = to_bf16(uniform(nqkv, -0.1f, 0.1f, 36));
+    std::vector<uint16_t> d = d0;
+    R().attention_backward.at(kCpu, kBF16)(d.data(), g.data(), qkv.data(), out.data(), lse.data(), k.B, k.T, C,
+                                           k.NH);
+    DeviceBuffer<uint16_t> dg(g), cout_(out), dd(d0);
+    DeviceBuffer<float> clse(lse);
+    R().attention_backward.at(kGpu, kBF16)(dd.get(), dg.get(), dq.get(), cout_.get(), clse.get(), k.B, k.T, C,
+                                           k.NH);
+    expect_close_bf16(dd.download(), d, "attention bf16 dqkv");  // d includes the prefill: += is checked
+  }
+}
+
+// The size check comes before any CUDA call: no GPU needed.
+TEST(CudaLayerKernels, AttentionRejectsHeadSizeOver128) {
+  EXPECT_THROW(R().attention_forward.at(kGpu, kF32)(nullptr, nullptr, nullptr, 1, 4, 256, 1), InputError);
+  EXPECT_THROW(R().attention_backward.at(kGpu, kF32)(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 256, 1),
+               InputError);
+}
+
+}  // namespace
+}  // namespace paratrain::kernels
