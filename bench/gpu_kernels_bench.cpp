@@ -1,6 +1,6 @@
 // gpu_kernels_bench: paratrain's CUDA kernels on cuda:0, through the kernel dispatch as the
 // layers call them, for gpt2-124m's shapes (B=8, T=1024, C=768, NH=12, V=50257): every
-// GEMM of a block and the LM head in bf16 (A, B bf16; C f32; f32 accumulation) and f32, the
+// GEMM of a block and the LM head in bf16 (A, B, C bf16; f32 accumulation) and f32, the
 // bf16 peak (8192^3), fused causal attention forward + backward, LayerNorm and the fused
 // cross-entropy. Prints one JSON line per kernel:
 //   {"kernel": ..., "dtype": ..., "ms": ..., "tflops": ...}
@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
         if (dt == DType::F32 && g.M == 8192 && g.K == 8192 && quick) continue;
         Tensor a = random_on_gpu(g.ta ? Shape{g.K, g.M} : Shape{g.M, g.K}, dt, 1);
         Tensor b = random_on_gpu(g.tb ? Shape{g.N, g.K} : Shape{g.K, g.N}, dt, 2);
-        Tensor c = Tensor::empty({g.M, g.N}, DType::F32, kGpu, 0);  // bf16 GEMMs write f32
+        Tensor c = Tensor::empty({g.M, g.N}, dt, kGpu, 0);
         auto fn = reg.gemm.at(kGpu, dt);
         const int64_t lda = g.ta ? g.M : g.K, ldb = g.tb ? g.K : g.N;
         double ms = time_ms([&] { fn(g.ta, g.tb, g.M, g.N, g.K, 1.f, a.data_ptr(), lda, b.data_ptr(), ldb, 0.f,
@@ -118,10 +118,10 @@ int main(int argc, char** argv) {
       auto fwd = reg.attention_forward.at(kGpu, dt);
       auto bwd = reg.attention_backward.at(kGpu, dt);
       const double fwd_flops = 4.0 * B * NH * T * T * (C / NH) / 2;
-      double ms_f = time_ms([&] { fwd(out.data_ptr(), lse.data_ptr<float>(), qkv.data_ptr(), B, T, C, NH); }, iters, reps);
+      double ms_f = time_ms([&] { fwd(out.data_ptr(), lse.data_ptr(), qkv.data_ptr(), B, T, C, NH); }, iters, reps);
       report("attention fwd", dt, ms_f, fwd_flops);
       double ms_b = time_ms([&] {
-        bwd(dqkv.data_ptr(), dout.data_ptr(), qkv.data_ptr(), out.data_ptr(), lse.data_ptr<float>(), B, T, C, NH);
+        bwd(dqkv.data_ptr(), dout.data_ptr(), qkv.data_ptr(), out.data_ptr(), lse.data_ptr(), B, T, C, NH);
       }, iters, reps);
       report("attention bwd", dt, ms_b, 2.5 * fwd_flops);
     }
