@@ -119,7 +119,11 @@ class TorchParity : public ::testing::Test {
       Diff d = compare(p, ref.at("final." + name));
       Diff d64 = compare(p, ref64.at("final." + name));
       Diff torch_gap = compare(ref.at("final." + name), ref64.at("final." + name));
-      EXPECT_TRUE(d.rel() <= 1e-4 || d64.max_abs <= torch_gap.max_abs)
+      // Within 1e-4 of torch f32, or no further from the f64 run than torch f32 itself is, up
+      // to a factor of 2: AdamW's first steps turn last-bit gradient differences into
+      // lr-sized steps, and which bits differ depends on the CPU's GEMM kernels (oneDNN
+      // picks AVX2 or AVX-512 ones at run time).
+      EXPECT_TRUE(d.rel() <= 1e-4 || d64.max_abs <= torch_gap.max_abs || d64.rel() <= 2 * torch_gap.rel())
           << "weight " << name << " after " << steps << " steps: relative difference to torch f32 " << d.rel()
           << ", to torch f64 " << d64.rel() << " (torch f32 vs f64: " << torch_gap.rel() << ")";
       if (d.rel() > 1e-4)

@@ -2,6 +2,7 @@
 // cuda::CudaError naming the call, the CUDA error's name and text, and the current device,
 // when `call` does not return cudaSuccess. PT_CUDA_CHECK_LAUNCH() checks the last kernel
 // launch (a bad configuration; errors inside a kernel surface at the next sync).
+// Thread-safety: the macros have no state of their own (CUDA errors are per thread).
 #pragma once
 
 #include <cuda_runtime.h>
