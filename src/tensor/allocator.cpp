@@ -52,28 +52,42 @@ void CachingAllocator::os_free(void* p, size_t bytes) {
 }
 
 void* CachingAllocator::allocate(size_t nbytes) {
-  size_t block = size_class(nbytes);
-  std::lock_guard<std::mutex> lock(mu_);
-  void* p = nullptr;
-  auto it = free_.find(block);
-  if (it != free_.end() && !it->second.empty()) {
-    p = it->second.back();
-    it->second.pop_back();
-    stats_.cache_hits++;
-  } else {
-    try {
-      p = source_.take(block);
-    } catch (const std::bad_alloc&) {
-      release_cached_locked();
-      p = source_.take(block);
+  const size_t block = size_class(nbytes);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(block);
+    if (it != free_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      stats_.cache_hits++;
+      count_in_use_locked(block);
+      return p;
     }
-    stats_.os_allocations++;
-    stats_.bytes_reserved += static_cast<int64_t>(block);
-    stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
   }
+  // Fresh memory, outside the lock (see give_back_all).
+  void* p = nullptr;
+  try {
+    p = source_.take(block);
+  } catch (const std::bad_alloc&) {
+    std::map<size_t, std::vector<void*>> cached;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cached = take_cached_locked();
+    }
+    give_back_all(cached);
+    p = source_.take(block);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.os_allocations++;
+  stats_.bytes_reserved += static_cast<int64_t>(block);
+  stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
+  count_in_use_locked(block);
+  return p;
+}
+
+void CachingAllocator::count_in_use_locked(size_t block) {
   stats_.bytes_in_use += static_cast<int64_t>(block);
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-  return p;
 }
 
 void CachingAllocator::deallocate(void* p, size_t nbytes) {
@@ -96,18 +110,26 @@ void CachingAllocator::reset_peak() {
 }
 
 void CachingAllocator::empty_cache() {
-  std::lock_guard<std::mutex> lock(mu_);
-  release_cached_locked();
+  std::map<size_t, std::vector<void*>> cached;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cached = take_cached_locked();
+  }
+  give_back_all(cached);
 }
 
-void CachingAllocator::release_cached_locked() {
-  for (auto& [block, ptrs] : free_) {
-    for (void* p : ptrs) {
-      source_.give_back(p, block);
-      stats_.bytes_reserved -= static_cast<int64_t>(block);
-    }
-    ptrs.clear();
-  }
+std::map<size_t, std::vector<void*>> CachingAllocator::take_cached_locked() {
+  std::map<size_t, std::vector<void*>> cached;
+  cached.swap(free_);
+  for (auto& [block, ptrs] : cached) stats_.bytes_reserved -= static_cast<int64_t>(block * ptrs.size());
+  return cached;
+}
+
+// Outside the lock: a source's give_back may wait for work (cudaFreeHost for queued copies)
+// that itself frees blocks into this allocator.
+void CachingAllocator::give_back_all(const std::map<size_t, std::vector<void*>>& cached) {
+  for (const auto& [block, ptrs] : cached)
+    for (void* p : ptrs) source_.give_back(p, block);
 }
 
 Allocator& allocator_for(Device d, int index) {

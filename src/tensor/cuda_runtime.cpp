@@ -114,9 +114,17 @@ void synchronize(Stream s) { PT_CUDA_CHECK(cudaStreamSynchronize(static_cast<cud
 
 void stream_wait(Stream waiter, Stream waited) {
   if (waiter == waited) return;
+  // The event must belong to the device of the stream it is recorded on; a stream may wait
+  // for an event of another device.
+  int waited_device = 0, prev = 0;
+  PT_CUDA_CHECK(cudaStreamGetDevice(static_cast<cudaStream_t>(waited), &waited_device));
+  PT_CUDA_CHECK(cudaGetDevice(&prev));
+  if (waited_device != prev) PT_CUDA_CHECK(cudaSetDevice(waited_device));
   cudaEvent_t ev;
-  PT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-  PT_CUDA_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(waited)));
+  cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventRecord(ev, static_cast<cudaStream_t>(waited));
+  if (waited_device != prev) cudaSetDevice(prev);
+  PT_CUDA_CHECK(e);
   PT_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter), ev, 0));
   PT_CUDA_CHECK(cudaEventDestroy(ev));  // released once the wait has happened
 }

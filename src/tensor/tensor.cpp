@@ -244,7 +244,9 @@ std::vector<int64_t> Tensor::to_vector_i64() const {
   std::vector<int64_t> out(static_cast<size_t>(numel()));
   const void* base = data_ptr();
   for_each_offset(shape_, strides_, [&](int64_t i, int64_t off) {
-    out[i] = static_cast<int64_t>(load_as_double(base, off, dtype_));
+    // int64 directly: a double holds only 53 bits
+    out[i] = dtype_ == DType::I64 ? static_cast<const int64_t*>(base)[off]
+                                  : static_cast<int64_t>(load_as_double(base, off, dtype_));
   });
   return out;
 }

@@ -579,8 +579,11 @@ TEST(CudaBasicKernels, Sgd) {
       R().sgd_update.at(kGpu, F)(dp.p, dg.p, momentum != 0 ? db.p : nullptr, n, 0.05f, momentum, 0.1f, wd, nesterov,
                                  first);
       const std::string tag = " n=" + std::to_string(n) + " variant=" + std::to_string(variant);
-      expect_close(F, dp.get<uint8_t>(), p, {1e-6, 1e-7}, "sgd p" + tag);
-      expect_close(F, db.get<uint8_t>(), buf, {1e-6, 1e-7}, "sgd buf" + tag);
+      // The CPU build fuses the multiply-adds into FMAs (GCC, -march=native) where the GPU
+      // rounds each step: one rounding of operands of size ~1 apart, which cancellation
+      // leaves in a small result, hence the absolute 1e-6.
+      expect_close(F, dp.get<uint8_t>(), p, {1e-6, 1e-6}, "sgd p" + tag);
+      expect_close(F, db.get<uint8_t>(), buf, {1e-6, 1e-6}, "sgd buf" + tag);
     }
   }
 }

@@ -44,7 +44,8 @@ class CachingAllocator final : public Allocator {
  public:
   // Where blocks come from: `take(bytes)` returns fresh memory or throws std::bad_alloc;
   // `give_back(p, bytes)` returns it. An allocation whose take() fails returns the cached
-  // blocks and tries once more before rethrowing.
+  // blocks and tries once more before rethrowing. Both are called without the allocator's
+  // lock held, so they may be called from several threads at once.
   struct Source {
     std::function<void*(size_t)> take;
     std::function<void(void*, size_t)> give_back;
@@ -68,7 +69,10 @@ class CachingAllocator final : public Allocator {
  private:
   static void* os_alloc(size_t bytes);
   static void os_free(void* p, size_t bytes);
-  void release_cached_locked();
+  // Empties the free lists (accounting included) for give_back_all() outside the lock.
+  std::map<size_t, std::vector<void*>> take_cached_locked();
+  void give_back_all(const std::map<size_t, std::vector<void*>>& cached);
+  void count_in_use_locked(size_t block);
 
   Source source_;
   mutable std::mutex mu_;

@@ -78,7 +78,8 @@ void encoder_forward(void* out, const int32_t* tokens, const void* wte, const vo
 void encoder_backward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens, int64_t B, int64_t T,
                       int64_t V, int64_t C);
 
-// ---- optim.cu: f32 only, the CPU kernels' operations in their order (no FMA contraction) ----
+// ---- optim.cu: f32 only, the CPU kernels' operations in their order, each rounded (the CPU
+// build may contract some into FMAs, so results can differ in the last bit) ----
 void adamw_update(void* p, const void* g, void* m, void* v, int64_t n, float lr, float beta1, float beta2,
                   float eps, float weight_decay, int64_t t);
 void sgd_update(void* p, const void* g, void* buf, int64_t n, float lr, float momentum, float dampening,

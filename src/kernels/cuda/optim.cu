@@ -1,7 +1,8 @@
 // The CUDA AdamW and SGD updates, f32 (kernels/cuda/basic.h; formulas in
 // kernels/cpu/optim.h): the scalars derived on the host in double exactly as optim.cpp, the
 // element math in f32 in optim.cpp's operation order with round-to-nearest intrinsics, so
-// nvcc contracts nothing into an FMA and every element gets the CPU's operations.
+// nvcc contracts nothing into an FMA. The CPU build (GCC, -march=native) does contract some
+// of them, so an element may differ from the CPU's in its last bit.
 #include <cmath>
 
 #include "kernels/cuda/basic.h"
