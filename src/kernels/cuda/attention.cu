@@ -27,7 +27,7 @@
 
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/layer_io.cuh"
-#include "kernels/cuda/layer_launch.cuh"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/layers.h"
 #include "paratrain/base/error.h"
 #include "paratrain/tensor/cuda_check.h"
@@ -344,7 +344,7 @@ void forward(T* out, float* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C,
   if (hs == 0) return;
   const size_t smem = sizeof(float) * (3 * kTile * (hs + 1) + kTile * kPs + 2 * kTile);
   const float scale = 1.0f / sqrtf(static_cast<float>(hs));
-  attention_forward_kernel<T><<<grid(B, Tn, NH), kThreads, smem, detail::layer_stream()>>>(out, lse, qkv, Tn, C, NH,
+  attention_forward_kernel<T><<<grid(B, Tn, NH), kThreads, smem, detail::stream()>>>(out, lse, qkv, Tn, C, NH,
                                                                                           hs, scale);
   PT_CUDA_CHECK_LAUNCH();
 }
@@ -355,7 +355,7 @@ void backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* l
   const int hs = check(B, Tn, C, NH, "attention_backward");
   if (hs == 0) return;
   const float scale = 1.0f / sqrtf(static_cast<float>(hs));
-  const cudaStream_t s = detail::layer_stream();
+  const cudaStream_t s = detail::stream();
   const size_t smem_dkv = sizeof(float) * (4 * kTile * (hs + 1) + 2 * kTile * kPs + 2 * kTile);
   attention_backward_dkv_kernel<T>
       <<<grid(B, Tn, NH), kThreads, smem_dkv, s>>>(dqkv, dout, qkv, out, lse, Tn, C, NH, hs, scale);

@@ -14,7 +14,7 @@
 
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/layer_io.cuh"
-#include "kernels/cuda/layer_launch.cuh"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/layers.h"
 #include "paratrain/base/error.h"
 #include "paratrain/kernels/cpu/softmax.h"
@@ -85,7 +85,7 @@ template <typename T>
 void forward(float* losses, float* lse, const T* logits, const int32_t* targets, int64_t N, int64_t V) {
   if (!check(N, V, "crossentropy_forward")) return;
   crossentropy_forward_kernel<T>
-      <<<static_cast<unsigned>(N), kThreads, 0, detail::layer_stream()>>>(losses, lse, logits, targets, V);
+      <<<static_cast<unsigned>(N), kThreads, 0, detail::stream()>>>(losses, lse, logits, targets, V);
   PT_CUDA_CHECK_LAUNCH();
 }
 
@@ -94,7 +94,7 @@ void backward(T* dlogits, const float* dlosses, const T* logits, const float* ls
               int64_t N, int64_t V) {
   if (!check(N, V, "crossentropy_backward")) return;
   crossentropy_backward_kernel<T>
-      <<<static_cast<unsigned>(N), kThreads, 0, detail::layer_stream()>>>(dlogits, dlosses, logits, lse, targets, V);
+      <<<static_cast<unsigned>(N), kThreads, 0, detail::stream()>>>(dlogits, dlosses, logits, lse, targets, V);
   PT_CUDA_CHECK_LAUNCH();
 }
 

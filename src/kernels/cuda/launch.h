@@ -1,5 +1,6 @@
-// Private helpers of the basic CUDA kernels (src/kernels/cuda/*.cu, gemm.cpp):
+// Private helpers of the CUDA kernels (src/kernels/cuda/*.cu, gemm.cpp):
 //  - stream(): the current device's compute stream (tensor/cuda.h), where every kernel runs;
+//    ceil_div() for grid sizes;
 //  - per_device<S>(): one S per device, made on first use on that device and kept for the
 //    life of the process (never destroyed: CUDA may be torn down before static destructors);
 //  - (nvcc only) grid_for / launch_each: a grid-stride loop over n elements with int64
@@ -40,6 +41,9 @@ S& per_device() {
   if (!all[d]) all[d] = new S();  // lives as long as the process (see the header comment)
   return *all[d];
 }
+
+// Blocks of d for n items (n >= 0, d >= 1).
+inline unsigned ceil_div(int64_t n, int64_t d) { return static_cast<unsigned>((n + d - 1) / d); }
 
 inline void check_count(int64_t n, const char* who) {
   if (n < 0) PT_THROW(InputError, who, ": negative element count ", n);

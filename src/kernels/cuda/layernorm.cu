@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "kernels/cuda/block_reduce.cuh"
-#include "kernels/cuda/layer_launch.cuh"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/layers.h"
 #include "paratrain/base/error.h"
 #include "paratrain/tensor/cuda_check.h"
@@ -115,7 +115,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
                        const float* bias, int64_t N, int64_t C, float eps) {
   if (N < 0 || C <= 0) PT_THROW(InputError, "layernorm_forward (cuda): bad size N=", N, " C=", C);
   if (N == 0) return;
-  layernorm_forward_kernel<<<row_blocks(N), kThreads, 0, detail::layer_stream()>>>(out, mean, rstd, inp, weight,
+  layernorm_forward_kernel<<<row_blocks(N), kThreads, 0, detail::stream()>>>(out, mean, rstd, inp, weight,
                                                                                      bias, N, C, eps);
   PT_CUDA_CHECK_LAUNCH();
 }
@@ -125,7 +125,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   if (N < 0 || C <= 0) PT_THROW(InputError, "layernorm_backward (cuda): bad size N=", N, " C=", C);
   if (N == 0) return;
   if (dinp) {
-    layernorm_backward_dinp_kernel<<<row_blocks(N), kThreads, 0, detail::layer_stream()>>>(dinp, dout, inp, weight,
+    layernorm_backward_dinp_kernel<<<row_blocks(N), kThreads, 0, detail::stream()>>>(dinp, dout, inp, weight,
                                                                                             mean, rstd, N, C);
     PT_CUDA_CHECK_LAUNCH();
   }
@@ -133,7 +133,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     // Chunks of at least 256 rows, and at most 65535 of them (the grid's y limit).
     const int64_t rows_per_chunk = std::max<int64_t>(256, (N + 65534) / 65535);
     const dim3 grid(detail::ceil_div(C, 32), detail::ceil_div(N, rows_per_chunk));
-    layernorm_backward_params_kernel<<<grid, dim3(32, 8), 0, detail::layer_stream()>>>(dweight, dbias, dout, inp,
+    layernorm_backward_params_kernel<<<grid, dim3(32, 8), 0, detail::stream()>>>(dweight, dbias, dout, inp,
                                                                                         mean, rstd, N, C,
                                                                                         rows_per_chunk);
     PT_CUDA_CHECK_LAUNCH();

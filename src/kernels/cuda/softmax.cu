@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "kernels/cuda/block_reduce.cuh"
-#include "kernels/cuda/layer_launch.cuh"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/layers.h"
 #include "paratrain/base/error.h"
 #include "paratrain/tensor/cuda_check.h"
@@ -80,25 +80,25 @@ bool check(int64_t N, int64_t C, const char* who) {
 
 void softmax_forward(float* out, const float* inp, int64_t N, int64_t C) {
   if (!check(N, C, "softmax_forward")) return;
-  softmax_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, detail::layer_stream()>>>(out, inp, C);
+  softmax_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, detail::stream()>>>(out, inp, C);
   PT_CUDA_CHECK_LAUNCH();
 }
 
 void softmax_backward(float* dinp, const float* dout, const float* out, int64_t N, int64_t C) {
   if (!check(N, C, "softmax_backward")) return;
-  softmax_backward_kernel<<<static_cast<unsigned>(N), kThreads, 0, detail::layer_stream()>>>(dinp, dout, out, C);
+  softmax_backward_kernel<<<static_cast<unsigned>(N), kThreads, 0, detail::stream()>>>(dinp, dout, out, C);
   PT_CUDA_CHECK_LAUNCH();
 }
 
 void log_softmax_forward(float* out, const float* inp, int64_t N, int64_t C) {
   if (!check(N, C, "log_softmax_forward")) return;
-  log_softmax_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, detail::layer_stream()>>>(out, inp, C);
+  log_softmax_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, detail::stream()>>>(out, inp, C);
   PT_CUDA_CHECK_LAUNCH();
 }
 
 void log_softmax_backward(float* dinp, const float* dout, const float* out, int64_t N, int64_t C) {
   if (!check(N, C, "log_softmax_backward")) return;
-  log_softmax_backward_kernel<<<static_cast<unsigned>(N), kThreads, 0, detail::layer_stream()>>>(dinp, dout, out,
+  log_softmax_backward_kernel<<<static_cast<unsigned>(N), kThreads, 0, detail::stream()>>>(dinp, dout, out,
                                                                                                  C);
   PT_CUDA_CHECK_LAUNCH();
 }
