@@ -20,8 +20,8 @@
 // wait), the NCCL call is enqueued on the comm stream, then a completion event is recorded
 // after it; the call returns an NcclWork. dtypes f32/bf16/f16/i32/i64 map to ncclFloat32/
 // ncclBfloat16/ncclFloat16/ncclInt32/ncclInt64; ReduceOp sum/avg/max/min to ncclSum/ncclAvg/
-// ncclMax/ncclMin. Differences from shm/tcp: NCCL reduces bf16/f16 in f32 per step and rounds
-// to the half type between steps (not once at the end); avg on floats pre-multiplies by 1/n;
+// ncclMax/ncclMin. Differences from shm/tcp: NCCL rounds bf16/f16 partial results to the half
+// type at every step (shm/tcp add in f32 and round once); avg is NCCL's ncclAvg;
 // there is no rank-ordered (deterministic) mode (InputError); PARATRAIN_DEBUG=detail
 // fingerprints are not compared.
 //
