@@ -375,21 +375,18 @@ void NcclProcessGroup::enqueue_locked(const std::vector<std::shared_ptr<NcclWork
 
 void NcclProcessGroup::help_wait(NcclWork* w) {
   if (!w->enqueued() && !w->is_completed()) flush();
-  // Poll the completion event on the waiting thread (no hand-off from the watchdog); the
-  // watchdog reports errors and deadlines, and completes the Work if this loop gives up.
-  const auto begin = Clock::now();
-  while (!w->is_completed()) {
-    if (w->enqueued()) {
-      const cudaError_t q = cudaEventQuery(w->done_);
-      if (q == cudaSuccess) {
-        w->complete();
-        return;
-      }
-      if (q != cudaErrorNotReady) return;
+  // Poll the completion event on the waiting thread for up to 1 ms (a short call then needs
+  // no hand-off from the watchdog); then Work::wait() blocks, bounded by its own timeout,
+  // until the watchdog completes or fails the Work.
+  const auto until = Clock::now() + std::chrono::milliseconds(1);
+  while (!w->is_completed() && w->enqueued() && Clock::now() < until) {
+    const cudaError_t q = cudaEventQuery(w->done_);
+    if (q == cudaSuccess) {
+      w->complete();
+      return;
     }
-    if (w->deadline_.expired()) return;
-    if (Clock::now() - begin < std::chrono::milliseconds(2)) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(20));
+    if (q != cudaErrorNotReady) return;  // the watchdog reports it
+    std::this_thread::yield();
   }
 }
 
@@ -461,7 +458,7 @@ void NcclProcessGroup::watchdog() {
       pending_cv_.notify_all();
     }
     if (!why.empty()) fail_all(why, culprit, timeout);
-    std::this_thread::sleep_for(std::chrono::microseconds(completed > 0 ? 20 : 200));
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 

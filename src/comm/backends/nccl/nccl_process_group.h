@@ -26,7 +26,8 @@
 // fingerprints are not compared.
 //
 // Completion: Work::wait() blocks the host until the completion event has passed (the waiting
-// thread polls it; the data is then in the buffers for any stream and the host).
+// thread polls it for 1 ms, then the watchdog's poll, every ~50 us, completes the Work); the
+// data is then in the buffers for any stream and the host.
 // NcclWork::stream_wait() instead makes a stream (default: the compute stream of the group's
 // device) wait for it on the GPU, without blocking the host. A watchdog thread per group
 // polls the pending completion events and ncclCommGetAsyncError: a completed call finishes
