@@ -52,8 +52,8 @@ void add_train_flags(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--loss-scale-growth-interval", c.loss_scale_growth_interval,
                  "dynamic loss scaling: clean steps in a row before the scale doubles");
   app.add_option("--save-dtype", c.save_dtype, "f32 | bf16: dtype of the --save-final model file");
-  app.add_option("--backend", c.backend, "communication backend with several ranks: auto | shm | tcp | mpi")
-      ->check(CLI::IsMember({"auto", "shm", "tcp", "mpi"}));
+  app.add_option("--backend", c.backend, "communication backend with several ranks: auto | shm | tcp | mpi | nccl")
+      ->check(CLI::IsMember({"auto", "shm", "tcp", "mpi", "nccl"}));
   app.add_option("--dp", c.dp, "data-parallel ranks (0 = derived: world size / (tp x pp)); dp x tp x pp = world size");
   app.add_option("--tp", c.tp, "tensor-parallel ranks (Megatron-style, GPT models; 0 = derived, else 1; docs/tensor_parallel.md)");
   app.add_option("--pp", c.pp, "pipeline stages (GPT models; 0 = derived, else 1; docs/pipeline.md)");

@@ -5,6 +5,9 @@
 #if PARATRAIN_HAVE_MPI
 #include "comm/backends/mpi/mpi_process_group.h"
 #endif
+#if PARATRAIN_HAVE_CUDA
+#include "comm/backends/nccl/nccl_process_group.h"
+#endif
 
 namespace paratrain::comm {
 
@@ -36,9 +39,33 @@ JobEnv read_job_env() {
   return e;
 }
 
+namespace {
+// Backend "nccl" in a build without CUDA: the InputError saying so.
+void require_nccl_build(const ProcessGroupOptions& o) {
+#if !PARATRAIN_HAVE_CUDA
+  if (o.backend == "nccl") PT_THROW(InputError, "backend nccl: paratrain was built without CUDA");
+#else
+  (void)o;
+#endif
+}
+
+// The group of `size` ranks over `store` (prefixed "pg"), nccl or shm/tcp, holding `keep`.
+std::shared_ptr<ProcessGroup> group_over(std::shared_ptr<Store> store, int rank, int size,
+                                         const ProcessGroupOptions& o, std::vector<std::shared_ptr<void>> keep) {
+  auto pg_store = std::make_shared<PrefixStore>("pg", std::move(store));
+#if PARATRAIN_HAVE_CUDA
+  if (o.backend == "nccl") return nccl::create_nccl_process_group(pg_store, rank, size, o, std::move(keep));
+#endif
+  auto pg = std::make_shared<TransportProcessGroup>(pg_store, rank, size, o);
+  for (auto& k : keep) pg->hold(std::move(k));
+  return pg;
+}
+}  // namespace
+
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank, int size,
                                                    const ProcessGroupOptions& options) {
   ProcessGroupOptions o = resolve_options(options);
+  require_nccl_build(o);
   bool use_mpi = o.backend == "mpi";
   if (o.backend == "auto" && read_job_env().under_mpi && !store) use_mpi = true;
   if (use_mpi) {
@@ -49,11 +76,12 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
 #endif
   }
   if (!store) PT_THROW(InputError, "create_process_group: backend ", o.backend, " needs a store");
-  return std::make_shared<TransportProcessGroup>(std::make_shared<PrefixStore>("pg", std::move(store)), rank, size, o);
+  return group_over(std::move(store), rank, size, o, {});
 }
 
 std::shared_ptr<ProcessGroup> create_process_group_from_env(const ProcessGroupOptions& options) {
   ProcessGroupOptions o = resolve_options(options);
+  require_nccl_build(o);
   JobEnv e = read_job_env();
   bool torchrun_vars = env::raw("MASTER_PORT").has_value();
   if (o.backend == "mpi" || (o.backend == "auto" && e.under_mpi && !torchrun_vars)) {
@@ -64,8 +92,7 @@ std::shared_ptr<ProcessGroup> create_process_group_from_env(const ProcessGroupOp
 #endif
   }
   if (e.world_size == 1 && e.master_port == 0) {
-    auto store = std::make_shared<HashStore>();
-    return std::make_shared<TransportProcessGroup>(std::make_shared<PrefixStore>("pg", store), 0, 1, o);
+    return group_over(std::make_shared<HashStore>(), 0, 1, o, {});
   }
   // Under `paratrain launch` the launcher hosts the store on its own port (PARATRAIN_STORE_PORT,
   // on MASTER_ADDR), leaving MASTER_PORT to the program; elsewhere (mpirun, srun, torchrun,
@@ -87,13 +114,9 @@ std::shared_ptr<ProcessGroup> create_process_group_from_env(const ProcessGroupOp
                launcher_store_port > 0 ? " (hosted by the launcher)" : "", ", deadline ", o.timeout_s, " s");
   auto store = std::make_shared<TcpStore>(e.master_addr, store_port, e.token, timeout, timeout);
   PT_LOG_DEBUG(kComm, "store connected; rendezvous of ", e.world_size, " ranks (backend ", o.backend, ")");
-  auto pg = std::make_shared<TransportProcessGroup>(std::make_shared<PrefixStore>("pg", store), e.rank,
-                                                    e.world_size, o);
-  pg->hold(store);
-  if (server) {
-    pg->hold(server);
-  }
-  return pg;
+  std::vector<std::shared_ptr<void>> keep = {store};
+  if (server) keep.push_back(server);
+  return group_over(store, e.rank, e.world_size, o, std::move(keep));
 }
 
 }  // namespace paratrain::comm

@@ -11,9 +11,8 @@ ProcessGroupOptions resolve_options(const ProcessGroupOptions& in) {
   ProcessGroupOptions o = in;
   if (o.backend.empty()) o.backend = env::get_string("PARATRAIN_BACKEND");
   if (o.backend.empty()) o.backend = "auto";
-  if (o.backend != "auto" && o.backend != "shm" && o.backend != "tcp" && o.backend != "mpi")
-    PT_THROW(InputError, "unknown communication backend '", o.backend, "' (auto, shm, tcp, mpi",
-             o.backend == "nccl" ? "; nccl needs a CUDA build" : "", ")");
+  if (o.backend != "auto" && o.backend != "shm" && o.backend != "tcp" && o.backend != "mpi" && o.backend != "nccl")
+    PT_THROW(InputError, "unknown communication backend '", o.backend, "' (auto, shm, tcp, mpi, nccl)");
   if (o.timeout_s <= 0) o.timeout_s = env::get_double("PARATRAIN_COMM_TIMEOUT_S");
   if (o.peer_timeout_s <= 0) o.peer_timeout_s = env::get_double("PARATRAIN_PEER_TIMEOUT_S");
   if (o.segment_bytes == 0) o.segment_bytes = static_cast<size_t>(env::get_int("PARATRAIN_SEGMENT_BYTES"));

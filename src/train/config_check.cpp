@@ -35,8 +35,10 @@ void validate_config(const TrainConfig& c) {
   if (c.warmup_steps < 0) PT_THROW(InputError, "--warmup-steps must not be negative");
   if (c.grad_clip < 0) PT_THROW(InputError, "--grad-clip must not be negative (0 = off)");
   if (c.threads < 0) PT_THROW(InputError, "--threads must be positive (0 = automatic)");
-  if (c.backend != "auto" && c.backend != "shm" && c.backend != "tcp" && c.backend != "mpi")
-    PT_THROW(InputError, "unknown --backend '", c.backend, "' (expected auto, shm, tcp or mpi)");
+  if (c.backend != "auto" && c.backend != "shm" && c.backend != "tcp" && c.backend != "mpi" && c.backend != "nccl")
+    PT_THROW(InputError, "unknown --backend '", c.backend, "' (expected auto, shm, tcp, mpi or nccl)");
+  if (c.backend == "nccl" && c.device == "cpu")
+    PT_THROW(InputError, "--backend nccl moves GPU buffers: it needs --device cuda");
   parallel::pipeline::parse_schedule(c.pp_schedule);  // InputError naming the choices
   if (c.pp_virtual < 0) PT_THROW(InputError, "--pp-virtual must not be negative (0 = automatic), got ", c.pp_virtual);
   if (c.pp_balance != "params" && c.pp_balance != "time")

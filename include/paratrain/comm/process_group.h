@@ -9,7 +9,8 @@
 //
 // Backends: "shm" (processes on one host, POSIX shared memory), "tcp" (any hosts), "mpi"
 // (an MPI library's own engine; ranks from mpirun), "auto" (mpi under mpirun unless told
-// otherwise, else shm between ranks on one host and tcp across hosts). The algorithms
+// otherwise, else shm between ranks on one host and tcp across hosts), "nccl" (CUDA builds:
+// NCCL on device buffers; its send/recv and stream rules: docs/comm.md). The algorithms
 // (ring, rank-ordered deterministic, recursive doubling, chains, direct) are shared by
 // shm and tcp; docs/algorithms.md lists them, docs/comm.md the env variables.
 //
@@ -72,7 +73,7 @@
 namespace paratrain::comm {
 
 struct ProcessGroupOptions {
-  std::string backend = "";             // auto|shm|tcp|mpi; "" = PARATRAIN_BACKEND
+  std::string backend = "";             // auto|shm|tcp|mpi|nccl; "" = PARATRAIN_BACKEND
   bool deterministic = false;           // allreduce/reduce_scatter/reduce sum in rank order 0..N-1
   double timeout_s = 0;                 // per-call deadline; 0 = PARATRAIN_COMM_TIMEOUT_S
   double peer_timeout_s = 0;            // dead-peer detection; 0 = PARATRAIN_PEER_TIMEOUT_S

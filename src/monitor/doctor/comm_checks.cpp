@@ -253,9 +253,15 @@ void backends(std::vector<Check>& out) {
 #if PARATRAIN_HAVE_MPI
   b.push_back("mpi");
 #endif
+#if PARATRAIN_HAVE_CUDA
+  b.push_back("nccl");
+#endif
   std::string v;
   for (const auto& x : b) v += (v.empty() ? "" : ", ") + x;
-  out.push_back(make("comm.backends", Status::kPass, v + " (nccl: not in this build)", "", {{"backends", b}}));
+#if !PARATRAIN_HAVE_CUDA
+  v += " (nccl: not in this build)";
+#endif
+  out.push_back(make("comm.backends", Status::kPass, v, "", {{"backends", b}}));
 }
 
 }  // namespace
