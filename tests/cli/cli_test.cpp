@@ -16,6 +16,7 @@
 
 #include "paratrain/checkpoint/safetensors.h"
 #include "paratrain/data/token_file.h"
+#include "paratrain/tensor/cuda.h"
 
 using namespace paratrain;
 namespace fs = std::filesystem;
@@ -99,6 +100,20 @@ TEST_F(Cli, BadDataFiles) {
   expect_bad_input("train --model gpt-nano --data " + good, "truncated");
   // token ids that do not fit the vocabulary
   expect_bad_input("train --model gpt-nano --vocab-size 100 --data " + tokens("big.bin", 4000, 256), "vocab");
+}
+
+// --device: a malformed value, and a GPU device the training loop cannot use yet (without a
+// CUDA build or a GPU: says why; with one: says training on GPUs is not built yet).
+TEST_F(Cli, DeviceChoices) {
+  const std::string data = tokens("d.bin", 4000);
+  expect_bad_input("train --model gpt-nano --steps 1 --data " + data + " --device gpu", "use cpu, cuda or cuda:N");
+  expect_bad_input("train --model gpt-nano --steps 1 --data " + data + " --device cuda:x", "use cpu, cuda or cuda:N");
+  const std::string why = !cuda::built() ? "no CUDA support"
+                          : cuda::device_count() == 0 ? "not available"
+                                                      : "training on GPUs is not built yet";
+  expect_bad_input("train --model gpt-nano --steps 1 --data " + data + " --device cuda", why);
+  expect_bad_input("train --model gpt-nano --steps 1 --data " + data + " --device cuda:1", why);
+  expect_bad_input("train --model gpt-nano --steps 1 --data " + data + " --backend nccl", "nccl");
 }
 
 TEST_F(Cli, BadCheckpoints) {

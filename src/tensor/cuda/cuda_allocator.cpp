@@ -10,25 +10,11 @@
 #include <vector>
 
 #include "paratrain/tensor/cuda_check.h"
+#include "paratrain/tensor/cuda_device_guard.h"
 
 namespace paratrain::cuda {
 
 namespace {
-
-// Restores the calling thread's current device on scope exit.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int d) {
-    PT_CUDA_CHECK(cudaGetDevice(&prev_));
-    if (d != prev_) PT_CUDA_CHECK(cudaSetDevice(d));
-  }
-  ~DeviceGuard() { cudaSetDevice(prev_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = 0;
-};
 
 std::string mib(int64_t b) { return std::to_string(b / (1 << 20)) + " MiB"; }
 

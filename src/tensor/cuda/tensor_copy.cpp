@@ -5,6 +5,7 @@
 
 #include "paratrain/tensor/cuda_check.h"
 #include "tensor/cuda/device_copy.h"
+#include "paratrain/tensor/cuda_device_guard.h"
 
 namespace paratrain::detail {
 
@@ -28,18 +29,7 @@ StridedLayout layout_of(const Tensor& dst, const Tensor& src) {
   return l;
 }
 
-// Runs on the device's own thread-current setting and restores it.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int d) {
-    PT_CUDA_CHECK(cudaGetDevice(&prev_));
-    if (d != prev_) PT_CUDA_CHECK(cudaSetDevice(d));
-  }
-  ~DeviceGuard() { cudaSetDevice(prev_); }
-
- private:
-  int prev_ = 0;
-};
+using cuda::DeviceGuard;
 
 bool plain_bytes(const Tensor& dst, const Tensor& src) {
   return dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous();

@@ -7,27 +7,12 @@
 #include "paratrain/base/error.h"
 #include "paratrain/base/log.h"
 #include "paratrain/tensor/cuda_check.h"
+#include "paratrain/tensor/cuda_device_guard.h"
 
 namespace paratrain::comm::nccl {
 namespace {
 
-// Makes `d` the calling thread's current device for a scope.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int d) {
-    PT_CUDA_CHECK(cudaGetDevice(&prev_));
-    if (prev_ == d) prev_ = -1;
-    else PT_CUDA_CHECK(cudaSetDevice(d));
-  }
-  ~DeviceGuard() {
-    if (prev_ >= 0) cudaSetDevice(prev_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = -1;
-};
+using cuda::DeviceGuard;
 
 ncclDataType_t nccl_type(DType d) {
   switch (d) {
