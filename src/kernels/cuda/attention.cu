@@ -60,18 +60,6 @@ __device__ __forceinline__ float dot(const float* a, const float* b, int hs) {
   return s;
 }
 
-// Over the 16 lanes of a half warp (the 16 threads of one score row).
-__device__ __forceinline__ float row16_max(float v) {
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float row16_sum(float v) {
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 // lse and D = rowsum(dO * O) of query rows q0 .. q0+15 (0 past T) into lse_s, D_s; warp w
 // does rows 2w and 2w+1.
 template <typename T>
@@ -131,10 +119,10 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     const int64_t sj = k0 + sc;
     const float s = row_valid && sj <= si ? scale * dot(Qs + sr * ld, Ks + sc * ld, hs) : -INFINITY;
-    const float m_new = fmaxf(m_run, row16_max(s));
+    const float m_new = fmaxf(m_run, detail::lanes_max<kTile>(s));
     const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
     const float alpha = m_run == -INFINITY ? 0.0f : expf(m_run - m_new);
-    l_run = l_run * alpha + row16_sum(p);
+    l_run = l_run * alpha + detail::lanes_sum<kTile>(p);
     m_run = m_new;
     Ps[sr * kPs + sc] = p;
     if (sc == 0) alpha_s[sr] = alpha;

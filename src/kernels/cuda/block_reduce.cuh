@@ -1,7 +1,9 @@
 // Warp and block reductions of f32 values for the CUDA layer kernels (layernorm.cu,
-// softmax.cu, crossentropy.cu). Device code only.
+// softmax.cu, crossentropy.cu, attention.cu). Device code only.
 //
-// warp_sum / warp_max: over the 32 lanes of a full warp; every lane gets the result.
+// lanes_sum<W> / lanes_max<W>: over aligned groups of W lanes of a warp (attention's
+// 16-thread score rows); warp_sum / warp_max: over the 32 lanes of a full warp. Every lane
+// gets the result.
 // block_sum / block_max: over every thread of a 1-D block whose size is a multiple of 32
 // (at most 1024); every thread gets the result. They must be reached by all threads of the
 // block (they synchronise), and may be called repeatedly in one kernel (each call begins
@@ -14,17 +16,26 @@
 
 namespace paratrain::kernels::cuda::detail {
 
-__device__ __forceinline__ float warp_sum(float v) {
+// Over aligned groups of kLanes lanes (a power of two <= 32) of a full warp: lanes 0..15
+// and 16..31 for kLanes = 16; every lane gets its group's result. All 32 lanes must call.
+template <int kLanes>
+__device__ __forceinline__ float lanes_sum(float v) {
+  static_assert(kLanes >= 2 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "a power of two up to 32");
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = kLanes / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 
-__device__ __forceinline__ float warp_max(float v) {
+template <int kLanes>
+__device__ __forceinline__ float lanes_max(float v) {
+  static_assert(kLanes >= 2 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "a power of two up to 32");
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = kLanes / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+
+__device__ __forceinline__ float warp_sum(float v) { return lanes_sum<32>(v); }
+__device__ __forceinline__ float warp_max(float v) { return lanes_max<32>(v); }
 
 __device__ __forceinline__ float block_sum(float v) {
   __shared__ float slots[32];
