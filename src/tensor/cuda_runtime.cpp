@@ -10,6 +10,7 @@
 
 #if PARATRAIN_HAVE_CUDA
 #include "paratrain/tensor/cuda_check.h"
+#include "paratrain/tensor/cuda_device_guard.h"
 #endif
 
 namespace paratrain::cuda {
@@ -60,12 +61,9 @@ DeviceStreams& streams_of(int d) {
   require_device(d);
   DeviceStreams& s = all[static_cast<size_t>(d)];
   std::call_once(s.once, [&] {
-    int prev = 0;
-    PT_CUDA_CHECK(cudaGetDevice(&prev));
-    PT_CUDA_CHECK(cudaSetDevice(d));
+    DeviceGuard g(d);
     PT_CUDA_CHECK(cudaStreamCreateWithFlags(&s.compute, cudaStreamNonBlocking));
     PT_CUDA_CHECK(cudaStreamCreateWithFlags(&s.comm, cudaStreamNonBlocking));
-    PT_CUDA_CHECK(cudaSetDevice(prev));
   });
   return s;
 }
@@ -116,15 +114,14 @@ void stream_wait(Stream waiter, Stream waited) {
   if (waiter == waited) return;
   // The event must belong to the device of the stream it is recorded on; a stream may wait
   // for an event of another device.
-  int waited_device = 0, prev = 0;
+  int waited_device = 0;
   PT_CUDA_CHECK(cudaStreamGetDevice(static_cast<cudaStream_t>(waited), &waited_device));
-  PT_CUDA_CHECK(cudaGetDevice(&prev));
-  if (waited_device != prev) PT_CUDA_CHECK(cudaSetDevice(waited_device));
   cudaEvent_t ev;
-  cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-  if (e == cudaSuccess) e = cudaEventRecord(ev, static_cast<cudaStream_t>(waited));
-  if (waited_device != prev) cudaSetDevice(prev);
-  PT_CUDA_CHECK(e);
+  {
+    DeviceGuard g(waited_device);
+    PT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    PT_CUDA_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(waited)));
+  }
   PT_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter), ev, 0));
   PT_CUDA_CHECK(cudaEventDestroy(ev));  // released once the wait has happened
 }
