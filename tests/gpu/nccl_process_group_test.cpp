@@ -148,6 +148,30 @@ TEST(NcclProcessGroup, StreamWaitOrdersTheComputeStreamWithoutAHostWait) {
   w->wait();
 }
 
+// Host buffers (a training loop's once-per-step figures) are staged through the GPU: the
+// call returns with the result in host memory; a send of a host buffer is refused.
+TEST(NcclProcessGroup, HostBuffersAreStagedThroughTheDevice) {
+  PT_REQUIRE_GPU();
+  auto pg = nccl_group(std::make_shared<HashStore>(), 0, 1);
+  float flag = 3.0f;
+  auto w = pg->allreduce(&flag, 1, DType::F32, ReduceOp::kMax);
+  EXPECT_TRUE(w->is_completed());
+  w->wait();
+  EXPECT_EQ(flag, 3.0f);
+  const int64_t mine[3] = {7, 8, 9};
+  int64_t all[3] = {0, 0, 0};
+  pg->allgather(mine, all, 3, DType::I64)->wait();
+  EXPECT_EQ(all[0], 7);
+  EXPECT_EQ(all[2], 9);
+  // A device input with a host output.
+  const auto x = ramp(100, 1.0f);
+  DeviceBuffer in(100, DType::F32, x);
+  std::vector<float> out(100, -1.0f);
+  pg->allgather(in.get(), out.data(), 100, DType::F32)->wait();
+  EXPECT_EQ(out, x);
+  EXPECT_THROW(pg->send(out.data(), 100, DType::F32, 0, 0), InputError);
+}
+
 TEST(NcclProcessGroup, NewGroupOfOneRank) {
   PT_REQUIRE_GPU();
   auto pg = nccl_group(std::make_shared<HashStore>(), 0, 1);

@@ -7,6 +7,7 @@
 #include "paratrain/base/error.h"
 #include "paratrain/base/log.h"
 #include "paratrain/tensor/cuda_check.h"
+#include "paratrain/tensor/tensor.h"
 #include "paratrain/tensor/cuda_device_guard.h"
 
 namespace paratrain::comm::nccl {
@@ -33,6 +34,18 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     case ReduceOp::kMin: return ncclMin;
   }
   PT_THROW(InputError, "nccl backend: unknown reduce op ", int(op));
+}
+
+// True for memory a kernel on a GPU may touch (device or managed); host memory, pinned or
+// not, is false. A null pointer (an empty buffer) needs no staging.
+bool device_memory(const void* p) {
+  if (p == nullptr) return true;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // an unregistered host pointer on older runtimes
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
 std::string to_hex(const ncclUniqueId& id) {
@@ -478,7 +491,37 @@ void NcclProcessGroup::fail_all(const std::string& why, const NcclWork* culprit,
   }
 }
 
+WorkPtr NcclProcessGroup::staged(const void* in, size_t in_bytes, void* out, size_t out_bytes,
+                                 const std::function<WorkPtr(const void*, void*)>& call) {
+  DeviceGuard guard(device_);
+  const bool in_place = in == out;
+  Tensor d_in, d_out;
+  const void* din = in;
+  void* dout = out;
+  if (!device_memory(in)) {
+    d_in = Tensor::empty({static_cast<int64_t>(std::max<size_t>(in_bytes, 1))}, DType::U8, Device::CUDA, device_);
+    // On the compute stream: the collective's comm stream waits for it (the call's event).
+    PT_CUDA_CHECK(cudaMemcpyAsync(d_in.data_ptr(), in, in_bytes, cudaMemcpyHostToDevice,
+                                  static_cast<cudaStream_t>(cuda::compute_stream(device_))));
+    din = d_in.data_ptr();
+    if (in_place) dout = d_in.data_ptr();
+  }
+  if (!in_place && !device_memory(out)) {
+    d_out = Tensor::empty({static_cast<int64_t>(std::max<size_t>(out_bytes, 1))}, DType::U8, Device::CUDA, device_);
+    dout = d_out.data_ptr();
+  }
+  WorkPtr w = call(din, dout);
+  w->wait();  // the group's deadline; throws the call's failure
+  if (dout != out)  // the legacy stream does not wait for the (non-blocking) comm stream: done already
+    PT_CUDA_CHECK(cudaMemcpy(out, dout, out_bytes, cudaMemcpyDeviceToHost));
+  return w;
+}
+
 WorkPtr NcclProcessGroup::allreduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+  if (!device_memory(buf)) {
+    const size_t bytes = count * dtype_size(dtype);
+    return staged(buf, bytes, buf, bytes, [=](const void*, void* d) { return allreduce(d, count, dtype, op); });
+  }
   const ncclRedOp_t o = nccl_op(op);
   return collective({OpType::kAllreduce, dtype, count, -1, op, 0}, [=](ncclComm_t comm, cudaStream_t s) {
     return ncclAllReduce(buf, buf, count, nccl_type(dtype), o, comm, s);
@@ -486,6 +529,11 @@ WorkPtr NcclProcessGroup::allreduce(void* buf, size_t count, DType dtype, Reduce
 }
 
 WorkPtr NcclProcessGroup::reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op) {
+  if (!device_memory(in) || !device_memory(out)) {
+    const size_t bytes = count * dtype_size(dtype);
+    return staged(in, bytes * size_, out, bytes,
+                  [=](const void* i, void* o) { return reduce_scatter(i, o, count, dtype, op); });
+  }
   const ncclRedOp_t o = nccl_op(op);
   return collective({OpType::kReduceScatter, dtype, count, -1, op, 0}, [=](ncclComm_t comm, cudaStream_t s) {
     return ncclReduceScatter(in, out, count, nccl_type(dtype), o, comm, s);
@@ -493,12 +541,20 @@ WorkPtr NcclProcessGroup::reduce_scatter(const void* in, void* out, size_t count
 }
 
 WorkPtr NcclProcessGroup::allgather(const void* in, void* out, size_t count, DType dtype) {
+  if (!device_memory(in) || !device_memory(out)) {
+    const size_t bytes = count * dtype_size(dtype);
+    return staged(in, bytes, out, bytes * size_, [=](const void* i, void* o) { return allgather(i, o, count, dtype); });
+  }
   return collective({OpType::kAllgather, dtype, count, -1, ReduceOp::kSum, 0}, [=](ncclComm_t comm, cudaStream_t s) {
     return ncclAllGather(in, out, count, nccl_type(dtype), comm, s);
   });
 }
 
 WorkPtr NcclProcessGroup::broadcast(void* buf, size_t count, DType dtype, int root) {
+  if (!device_memory(buf)) {
+    const size_t bytes = count * dtype_size(dtype);
+    return staged(buf, bytes, buf, bytes, [=](const void*, void* d) { return broadcast(d, count, dtype, root); });
+  }
   check_rank(root, "broadcast: root");
   return collective({OpType::kBroadcast, dtype, count, root, ReduceOp::kSum, 0}, [=](ncclComm_t comm, cudaStream_t s) {
     return ncclBroadcast(buf, buf, count, nccl_type(dtype), root, comm, s);
@@ -506,6 +562,10 @@ WorkPtr NcclProcessGroup::broadcast(void* buf, size_t count, DType dtype, int ro
 }
 
 WorkPtr NcclProcessGroup::reduce(void* buf, size_t count, DType dtype, ReduceOp op, int root) {
+  if (!device_memory(buf)) {
+    const size_t bytes = count * dtype_size(dtype);
+    return staged(buf, bytes, buf, bytes, [=](const void*, void* d) { return reduce(d, count, dtype, op, root); });
+  }
   check_rank(root, "reduce: root");
   const ncclRedOp_t o = nccl_op(op);
   // recvbuff is only written on the root: the other ranks' buffers stay as they were.
@@ -515,6 +575,10 @@ WorkPtr NcclProcessGroup::reduce(void* buf, size_t count, DType dtype, ReduceOp 
 }
 
 WorkPtr NcclProcessGroup::all_to_all(const void* in, void* out, size_t count, DType dtype) {
+  if (!device_memory(in) || !device_memory(out)) {
+    const size_t bytes = count * dtype_size(dtype) * size_;
+    return staged(in, bytes, out, bytes, [=](const void* i, void* o) { return all_to_all(i, o, count, dtype); });
+  }
   const int n = size_;
   return collective({OpType::kAllToAll, dtype, count, -1, ReduceOp::kSum, 0}, [=](ncclComm_t comm, cudaStream_t s) {
     const ncclDataType_t t = nccl_type(dtype);
@@ -534,11 +598,15 @@ WorkPtr NcclProcessGroup::all_to_all(const void* in, void* out, size_t count, DT
 }
 
 WorkPtr NcclProcessGroup::send(const void* buf, size_t count, DType dtype, int dst, int tag) {
+  if (!device_memory(buf))
+    PT_THROW(InputError, "nccl backend: send of a host buffer (give it a buffer on cuda:", device_, ")");
   check_rank(dst, "send: destination");
   return point_to_point({OpType::kSend, dtype, count, dst, ReduceOp::kSum, tag}, const_cast<void*>(buf));
 }
 
 WorkPtr NcclProcessGroup::recv(void* buf, size_t count, DType dtype, int src, int tag) {
+  if (!device_memory(buf))
+    PT_THROW(InputError, "nccl backend: recv into a host buffer (give it a buffer on cuda:", device_, ")");
   check_rank(src, "recv: source");
   return point_to_point({OpType::kRecv, dtype, count, src, ReduceOp::kSum, tag}, buf);
 }

@@ -5,6 +5,10 @@
 // Buffers: device pointers on the group's device, which is the creating thread's current
 // device (paratrain::cuda::current_device(), e.g. cuda:LOCAL_RANK) at construction; every
 // call and sub-group uses that device, whatever the calling thread's current device.
+// Collectives also take host buffers (pageable or pinned), for the small once-per-step
+// figures a training loop agrees on (flags, losses, memory): they are staged through device
+// memory and the call blocks until the result is back in the host buffer (the returned Work
+// is complete; a failure throws from the call). Send/recv of host buffers is an InputError.
 //
 // Bootstrap: rank 0 calls ncclGetUniqueId and sets the id (hex) in the store under
 // "nccl/<n>/id", n = how many nccl groups this rank created over this store (add() on
@@ -167,6 +171,10 @@ class NcclProcessGroup : public ProcessGroup {
   bool admit(const std::shared_ptr<NcclWork>& w);
   WorkPtr collective(const Call& call, std::function<ncclResult_t(ncclComm_t, cudaStream_t)> launch);
   WorkPtr point_to_point(const Call& call, void* buf);
+  // A collective on host buffers: `call` runs on device copies (`in` copied up first, `out`
+  // copied back after it completed); blocks until then.
+  WorkPtr staged(const void* in, size_t in_bytes, void* out, size_t out_bytes,
+                 const std::function<WorkPtr(const void*, void*)>& call);
   void flush_locked();  // mu_ held
   // Enqueues `launch` for `works` (already pending) on the comm stream; mu_ held.
   void enqueue_locked(const std::vector<std::shared_ptr<NcclWork>>& works,
