@@ -1,6 +1,9 @@
 #include "paratrain/optim/optimizer.h"
 
 #include <cmath>
+#include <map>
+#include <utility>
+#include <vector>
 
 #include "paratrain/kernels/registry.h"
 
@@ -40,18 +43,27 @@ AdamW::AdamW(NamedParams params, const AdamWOptions& opts) : Optimizer(std::move
   }
 }
 
+// One multi-tensor update per device (every parameter of a model is on one): on a GPU a few
+// launches for all of them; on the CPU the same bits as one call per tensor.
 void AdamW::step() {
   ++step_;
+  std::vector<Tensor> grads;  // contiguous gradients, alive until the updates are queued
+  std::map<std::pair<int, int>, std::pair<Tensor, std::vector<kernels::cpu::AdamWTensor>>> by_device;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i].second;
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    g = g.contiguous();
+    grads.push_back(g.contiguous());
     const float wd = decays(param_dim(i), opts_.decay_2d_only) ? static_cast<float>(opts_.weight_decay) : 0.0f;
-    kernel(&Registry::adamw_update, p)(p.data<float>(), g.data<float>(), m_[i].data<float>(), v_[i].data<float>(), p.numel(),
-                    static_cast<float>(lr_), static_cast<float>(opts_.beta1), static_cast<float>(opts_.beta2),
-                    static_cast<float>(opts_.eps), wd, step_);
+    auto& [first, list] = by_device[{static_cast<int>(p.device()), p.device_index()}];
+    if (!first.defined()) first = p;
+    list.push_back({p.data<float>(), grads.back().data<float>(), m_[i].data<float>(), v_[i].data<float>(), p.numel(), wd});
   }
+  for (auto& [device, entry] : by_device)
+    kernel(&Registry::adamw_update_multi, entry.first)(entry.second.data(), static_cast<int64_t>(entry.second.size()),
+                                                        static_cast<float>(lr_), static_cast<float>(opts_.beta1),
+                                                        static_cast<float>(opts_.beta2), static_cast<float>(opts_.eps),
+                                                        step_);
 }
 
 std::map<std::string, Tensor> AdamW::state_dict() const {

@@ -25,6 +25,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
@@ -560,6 +561,38 @@ TEST(CudaBasicKernels, AdamW) {
       expect_close(F, dm.get<uint8_t>(), m, {1e-6, 1e-8}, "adamw m" + tag);
       expect_close(F, dv.get<uint8_t>(), v, {1e-6, 1e-8}, "adamw v" + tag);
     }
+  }
+}
+
+// 90 tensors (three launches of at most 40), sizes from 0 to 300k, each with its own weight
+// decay: the GPU's multi-tensor update against the CPU's single-tensor kernel.
+TEST(CudaBasicKernels, AdamWMultiTensor) {
+  PT_REQUIRE_GPU();
+  const DType F = DType::F32;
+  std::vector<int64_t> sizes;
+  for (int k = 0; k < 90; ++k) sizes.push_back(k % 9 == 0 ? 0 : k % 10 == 1 ? 300000 : 1 + (k * 997) % 5000);
+  std::vector<Bytes> p, g, m, v;
+  std::vector<std::unique_ptr<DevBuf>> dp, dg, dm, dv;
+  std::vector<cpu::AdamWTensor> list;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const int64_t n = sizes[k];
+    const uint32_t seed = 500 + 4 * static_cast<uint32_t>(k);
+    p.push_back(random_array(F, n, seed)), g.push_back(random_array(F, n, seed + 1));
+    m.push_back(random_array(F, n, seed + 2, -0.1f, 0.1f)), v.push_back(random_array(F, n, seed + 3, 0.0f, 0.01f));
+    dp.push_back(std::make_unique<DevBuf>(p[k])), dg.push_back(std::make_unique<DevBuf>(g[k]));
+    dm.push_back(std::make_unique<DevBuf>(m[k])), dv.push_back(std::make_unique<DevBuf>(v[k]));
+    const float wd = k % 3 == 0 ? 0.0f : 0.1f;
+    list.push_back({static_cast<float*>(dp[k]->p), static_cast<const float*>(dg[k]->p), static_cast<float*>(dm[k]->p),
+                    static_cast<float*>(dv[k]->p), n, wd});
+    R().adamw_update.at(kCpu, F)(p[k].data(), g[k].data(), m[k].data(), v[k].data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f,
+                                 wd, 5);
+  }
+  R().adamw_update_multi.at(kGpu, F)(list.data(), static_cast<int64_t>(list.size()), 1e-3f, 0.9f, 0.999f, 1e-8f, 5);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const std::string tag = " tensor " + std::to_string(k) + " n=" + std::to_string(sizes[k]);
+    expect_close(F, dp[k]->get<uint8_t>(), p[k], {1e-6, 1e-8}, "adamw_multi p" + tag);
+    expect_close(F, dm[k]->get<uint8_t>(), m[k], {1e-6, 1e-8}, "adamw_multi m" + tag);
+    expect_close(F, dv[k]->get<uint8_t>(), v[k], {1e-6, 1e-8}, "adamw_multi v" + tag);
   }
 }
 

@@ -31,6 +31,31 @@ TEST(Optim, AdamWMatchesTorchFormula) {
   EXPECT_THROW(adamw_update(p.data(), p.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, 0), InputError);
 }
 
+// The multi-tensor update is the single-tensor calls in list order, bit for bit: sizes from
+// 0 to thousands, each tensor with its own weight decay.
+TEST(Optim, AdamWMultiTensorIsTheSingleTensorCallsBitForBit) {
+  const std::vector<int64_t> sizes = {5, 0, 1003, 1, 4096, 77};
+  std::vector<std::vector<float>> p, g, m, v;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    p.push_back(randn(sizes[k], 20 + k)), g.push_back(randn(sizes[k], 40 + k));
+    m.push_back(std::vector<float>(sizes[k], 0.01f)), v.push_back(std::vector<float>(sizes[k], 0.002f));
+  }
+  auto p1 = p, m1 = m, v1 = v;
+  std::vector<AdamWTensor> list;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const float wd = k % 2 ? 0.0f : 0.1f;
+    adamw_update(p1[k].data(), g[k].data(), m1[k].data(), v1[k].data(), sizes[k], 1e-3f, 0.9f, 0.95f, 1e-8f, wd, 3);
+    list.push_back({p[k].data(), g[k].data(), m[k].data(), v[k].data(), sizes[k], wd});
+  }
+  adamw_update_multi(list.data(), static_cast<int64_t>(list.size()), 1e-3f, 0.9f, 0.95f, 1e-8f, 3);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    EXPECT_EQ(0, std::memcmp(p[k].data(), p1[k].data(), sizes[k] * 4)) << "tensor " << k;
+    EXPECT_EQ(0, std::memcmp(m[k].data(), m1[k].data(), sizes[k] * 4)) << "tensor " << k;
+    EXPECT_EQ(0, std::memcmp(v[k].data(), v1[k].data(), sizes[k] * 4)) << "tensor " << k;
+  }
+  EXPECT_THROW(adamw_update_multi(list.data(), 1, 1e-3f, 0.9f, 0.95f, 1e-8f, 0), InputError);
+}
+
 TEST(Optim, SgdMomentumNesterovWeightDecay) {
   const int64_t n = 77;
   for (bool nesterov : {false, true})

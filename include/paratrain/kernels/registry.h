@@ -74,6 +74,7 @@ struct Registry {
   PT_KERNEL_TABLE(all_finite);
   // optim.h: parameters, gradients and state in the table's dtype
   PT_KERNEL_TABLE(adamw_update);
+  PT_KERNEL_TABLE(adamw_update_multi);
   PT_KERNEL_TABLE(sgd_update);
 };
 

@@ -71,6 +71,15 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float
   });
 }
 
+void adamw_update_multi(const AdamWTensor* list, int64_t count, float lr, float beta1, float beta2, float eps,
+                        int64_t t) {
+  if (count < 0) PT_THROW(InputError, "adamw_update_multi: negative tensor count ", count);
+  for (int64_t k = 0; k < count; ++k) {
+    const AdamWTensor& e = list[k];
+    adamw_update(e.p, e.g, e.m, e.v, e.n, lr, beta1, beta2, eps, e.weight_decay, t);
+  }
+}
+
 void sgd_update(float* p, const float* g, float* buf, int64_t n, float lr, float momentum,
                 float dampening, float weight_decay, bool nesterov, bool first_step) {
   if (n < 0) PT_THROW(InputError, "sgd_update: negative element count ", n);

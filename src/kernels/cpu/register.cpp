@@ -60,6 +60,7 @@ void register_kernels(Registry& r) {
   PT_CPU_F32(sum_squares);
   PT_CPU_F32(all_finite);
   PT_CPU_F32(adamw_update);
+  PT_CPU_F32(adamw_update_multi);
   PT_CPU_F32(sgd_update);
 #undef PT_CPU_F32
 #define PT_CPU_HALF(name)                                      \

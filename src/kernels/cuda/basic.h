@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "paratrain/kernels/cpu/optim.h"
 #include "paratrain/tensor/dtype.h"
 
 namespace paratrain::kernels::cuda {
@@ -82,6 +83,8 @@ void encoder_backward(void* dwte, void* dwpe, const void* dout, const int32_t* t
 // build may contract some into FMAs, so results can differ in the last bit) ----
 void adamw_update(void* p, const void* g, void* m, void* v, int64_t n, float lr, float beta1, float beta2,
                   float eps, float weight_decay, int64_t t);
+void adamw_update_multi(const cpu::AdamWTensor* list, int64_t count, float lr, float beta1, float beta2, float eps,
+                        int64_t t);
 void sgd_update(void* p, const void* g, void* buf, int64_t n, float lr, float momentum, float dampening,
                 float weight_decay, bool nesterov, bool first_step);
 

@@ -54,6 +54,7 @@ void register_basic_kernels(Registry& r) {
   r.encoder_forward.set(G, F, &cuda::encoder_forward);
   r.encoder_backward.set(G, F, &cuda::encoder_backward);
   r.adamw_update.set(G, F, &cuda::adamw_update);
+  r.adamw_update_multi.set(G, F, &cuda::adamw_update_multi);
   r.sgd_update.set(G, F, &cuda::sgd_update);
 }
 

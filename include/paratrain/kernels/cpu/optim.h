@@ -16,6 +16,22 @@ namespace paratrain::kernels::cpu {
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int64_t t);
 
+// One tensor of a multi-tensor AdamW update: its arrays (n elements each) and weight decay.
+struct AdamWTensor {
+  float* p;
+  const float* g;
+  float* m;
+  float* v;
+  int64_t n;
+  float weight_decay;
+};
+
+// adamw_update of every tensor of `list` (`count` entries) with one lr, betas, eps and step:
+// bit for bit the single-tensor calls in list order (torch's foreach path computes the same
+// values). On a GPU it is a few launches for all of them instead of one per tensor.
+void adamw_update_multi(const AdamWTensor* list, int64_t count, float lr, float beta1, float beta2, float eps,
+                        int64_t t);
+
 // torch.optim.SGD:
 //   d = g + wd*p
 //   if momentum != 0: buf = first_step ? d : momentum*buf + (1-dampening)*d
