@@ -162,8 +162,7 @@ Prepared prepare(const NamedTensors& tensors, const Metadata& metadata,
     if (name == kMetadataKey) throw InputError("cannot write " + what + ": '__metadata__' is not a tensor name");
     if (!seen.insert(name).second) throw InputError("cannot write " + what + ": duplicate tensor name '" + name + "'");
     if (!t.defined()) throw InputError("cannot write " + what + ": tensor '" + name + "' is undefined");
-    PT_CHECK(t.device() == Device::CPU, "save_safetensors: tensor '", name, "' is not on the CPU");
-    Tensor c = t.contiguous();
+    Tensor c = t.to(DeviceSpec{Device::CPU, -1}).contiguous();  // a GPU tensor: copied to the host first
     const uint64_t nb = c.nbytes();
     nlohmann::ordered_json e;
     e["dtype"] = dtype_safetensors_name(c.dtype());

@@ -42,7 +42,7 @@ void add_train_flags(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--grad-clip", c.grad_clip, "clip the global gradient norm to this (0 = off)");
   app.add_option("--seed", c.seed, "seed of every random choice (init, data order, dropout)");
   app.add_option("--threads", c.threads, "compute threads (0 = the host's cores split among local ranks)");
-  app.add_option("--device", c.device, "cpu (cuda, cuda:N: not built yet for training; docs/cuda.md)");
+  app.add_option("--device", c.device, "cpu, cuda (each rank on the GPU of its local rank) or cuda:N (docs/cuda.md)");
   app.add_flag("--deterministic", c.deterministic, "bit-reproducible reductions");
   app.add_option("--precision", c.precision,
                  "fp32 | bf16 | fp16: matrix products, attention and convolutions in the half type, f32 master "

@@ -20,9 +20,6 @@ void validate_config(const TrainConfig& c) {
       PT_THROW(InputError, "--device ", c.device, " is not available: this build of paratrain has no CUDA support");
     if (cuda::device_count() == 0)
       PT_THROW(InputError, "--device ", c.device, " is not available: ", cuda::unavailable_reason());
-    PT_THROW(InputError, "--device ", c.device,
-             ": training on GPUs is not built yet; this build has CUDA tensors, kernels and the NCCL backend "
-             "(docs/cuda.md) but the training loop runs on the CPU (--device cpu)");
   }
   if (c.grad_accum < 1) PT_THROW(InputError, "--grad-accum must be at least 1, got ", c.grad_accum);
   if (c.micro_batch < 0) PT_THROW(InputError, "--micro-batch must be positive, got ", c.micro_batch);
@@ -37,7 +34,7 @@ void validate_config(const TrainConfig& c) {
   if (c.threads < 0) PT_THROW(InputError, "--threads must be positive (0 = automatic)");
   if (c.backend != "auto" && c.backend != "shm" && c.backend != "tcp" && c.backend != "mpi" && c.backend != "nccl")
     PT_THROW(InputError, "unknown --backend '", c.backend, "' (expected auto, shm, tcp, mpi or nccl)");
-  if (c.backend == "nccl" && c.device == "cpu")
+  if (c.backend == "nccl" && device.kind == Device::CPU)
     PT_THROW(InputError, "--backend nccl moves GPU buffers: it needs --device cuda");
   parallel::pipeline::parse_schedule(c.pp_schedule);  // InputError naming the choices
   if (c.pp_virtual < 0) PT_THROW(InputError, "--pp-virtual must not be negative (0 = automatic), got ", c.pp_virtual);

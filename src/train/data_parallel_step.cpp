@@ -2,8 +2,10 @@
 
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "paratrain/autograd/engine.h"
+#include "device_placement.h"
 #include "task_checks.h"
 #include "paratrain/tensor/allocator.h"
 
@@ -11,21 +13,32 @@ namespace paratrain::train {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+
+// `host` on `device`: itself on the CPU; on a GPU a page-locked copy goes up asynchronously
+// (the pinned block is reused only once the copy has run).
+Tensor upload(const Tensor& host, const DeviceSpec& device) {
+  if (device.kind == Device::CPU || !host.defined()) return host;
+  return host.pin_memory().to(device);
+}
 }  // namespace
 
 DataParallelStep::DataParallelStep(Task& task, ParallelModel& model, MicroBatches batches, int64_t grad_accum,
-                                   DType compute_dtype, autograd::WeightCastCache* half_copies, double slowdown)
+                                   DType compute_dtype, autograd::WeightCastCache* half_copies, double slowdown,
+                                   DeviceSpec device)
     : task_(task),
       model_(model),
       batches_(std::move(batches)),
       grad_accum_(grad_accum),
       compute_dtype_(compute_dtype),
       half_copies_(half_copies),
-      slowdown_(slowdown) {}
+      slowdown_(slowdown),
+      device_(device) {}
 
 StepOutcome DataParallelStep::run(int64_t step, const Tensor& seed) {
   StepOutcome out;
-  Allocator& alloc = allocator_for(Device::CPU);
+  Allocator& alloc = memory_of(device_);
+  std::vector<Tensor> losses;  // read back once, after the last micro-batch
+  losses.reserve(static_cast<size_t>(grad_accum_));
   const auto t0 = Clock::now();
   for (int64_t k = 0; k < grad_accum_; ++k) {
     const bool last = k + 1 == grad_accum_;
@@ -37,13 +50,13 @@ StepOutcome DataParallelStep::run(int64_t step, const Tensor& seed) {
     const int64_t in_use_before_forward = alloc.stats().bytes_in_use;
     {
       autograd::AutocastGuard autocast(compute_dtype_, half_copies_);
-      loss = task_.loss(batch.inputs, batch.targets);
+      loss = task_.loss(upload(batch.inputs, device_), upload(batch.targets, device_));
     }
     check_loss(loss, task_);  // a scalar with a gradient, else InputError naming the task
     // What the forward left allocated: the activations saved for backward (on the very first
     // step also the parameters' half copies, made then and kept).
     out.activation_bytes = std::max(out.activation_bytes, alloc.stats().bytes_in_use - in_use_before_forward);
-    out.loss_sum += loss.item();
+    losses.push_back(loss.detach());
     const double forward_s = seconds_since(t_micro);
     // A simulated slow device is slow before its gradients exist: idle (F-1) x the last
     // micro-step's compute time (3 x this forward's at the very first) before backward.
@@ -54,6 +67,9 @@ StepOutcome DataParallelStep::run(int64_t step, const Tensor& seed) {
     autograd::backward(loss, seed);
     last_micro_s_ = forward_s + seconds_since(t_backward);
   }
+  // The host's one wait for the step's work on a GPU (the first item()); summed in
+  // micro-batch order, as they were made.
+  for (const Tensor& l : losses) out.loss_sum += l.item();
   out.compute_s = seconds_since(t0);
   return out;
 }

@@ -1,6 +1,8 @@
 // The data-parallel step: the micro-batches one after the other on this rank, each forward
 // under autocast and its backward seeded, gradient communication held back (no_sync) until
-// the last micro-batch so that it overlaps that backward.
+// the last micro-batch so that it overlaps that backward. On a GPU each batch goes up
+// through page-locked memory (an asynchronous copy on the compute stream) and the losses
+// stay on the device until the step's end: the host reads them back once per step.
 #pragma once
 
 #include "parallel_model.h"
@@ -12,7 +14,7 @@ class DataParallelStep final : public StepSchedule {
  public:
   // `slowdown` > 1 makes this rank idle (slowdown - 1) x its compute (PARATRAIN_SIMULATE_SLOWDOWN).
   DataParallelStep(Task& task, ParallelModel& model, MicroBatches batches, int64_t grad_accum, DType compute_dtype,
-                   autograd::WeightCastCache* half_copies, double slowdown);
+                   autograd::WeightCastCache* half_copies, double slowdown, DeviceSpec device);
   StepOutcome run(int64_t step, const Tensor& seed) override;
 
  private:
@@ -23,6 +25,7 @@ class DataParallelStep final : public StepSchedule {
   DType compute_dtype_;
   autograd::WeightCastCache* half_copies_;
   double slowdown_;
+  DeviceSpec device_;
   double last_micro_s_ = 0;  // compute time of the last micro-step (for the simulated slowdown)
 };
 

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "builtin_tasks.h"
+#include "device_placement.h"
 #include "paratrain/autograd/engine.h"
 #include "paratrain/data/fashion_mnist.h"
 #include "paratrain/nn/classifiers.h"
@@ -52,7 +53,7 @@ class ImageTask final : public Task {
     Tensor x, y;
     for (int64_t b = 0; b < test_->num_batches(); ++b) {
       const int64_t n = test_->fill(b, x, y);
-      auto logits = model_->forward(x).to_vector();
+      auto logits = model_->forward(x.to(model_device(*model_))).to_vector();
       const int32_t* labels = y.data<int32_t>();
       for (int64_t i = 0; i < n; ++i) {
         const float* row = logits.data() + i * 10;

@@ -113,7 +113,7 @@ void ParallelModel::sum_tied_gradient() {
     if (name == "wte.weight") {
       Tensor g = p.grad();
       if (!g.defined()) {
-        g = Tensor::zeros(p.shape());
+        g = Tensor::zeros(p.shape(), p.dtype(), p.device_spec());
         p.set_grad(g);
       }
       tied_.sum_gradients(g);

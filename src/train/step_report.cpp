@@ -87,6 +87,7 @@ nlohmann::json metrics_line(const StepReport& r, const TrainConfig& cfg, Paralle
                                                    (run.peak_flops * world)
                                              : 0.0},
                       {"peak_flops", run.peak_flops * world},
+                      {"device", run.device},
                       {"page_faults", r.page_faults},
                       {"loss_scale", r.loss_scale},
                       {"skipped", r.skipped},

@@ -50,7 +50,8 @@ void gather_step_report(StepReport& r, comm::ProcessGroup* world, const parallel
 // What stays constant over a run and goes into every metrics line.
 struct RunFigures {
   std::vector<int64_t> mem_optimizer_per_rank, mem_grad_per_rank, mem_param_per_rank;
-  double peak_flops = 0;  // per rank
+  double peak_flops = 0;  // per rank: the f32 FMA peak on a CPU, the measured bf16 GEMM rate on a GPU
+  std::string device = "cpu";  // where the run trains ("cpu", "cuda:0": rank 0's); the memory figures are its
   int64_t items_per_step = 0, micro_batch = 0;
   double flops_per_item = 0;  // Task::flops_per_item, or 6 x parameters when the task gives none
   DType compute_dtype = DType::F32;

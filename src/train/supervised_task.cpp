@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "device_placement.h"
 #include "paratrain/autograd/engine.h"
 #include "paratrain/base/error.h"
 
@@ -88,19 +89,22 @@ void SupervisedTask::evaluate(int64_t max_batches, comm::ProcessGroup* pg, nlohm
     autograd::NoGradGuard no_grad;
     const bool was_training = model_.is_training();
     model_.eval();
+    const DeviceSpec device = model_device(model_);
     Tensor x, y;
     for (int64_t b = rank; b < batches; b += dp) {
       const int64_t begin = b * B, n = std::min(B, v.size() - begin);
       std::vector<int64_t> idx(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) idx[i] = begin + i;
       gather(v, "validation", idx, x, y);
-      const Tensor l = loss ? loss(x, y) : loss_(x, y);
+      // On the model's device (a GPU run): the loss and the user's `correct` see the batch there.
+      const Tensor xd = x.to(device), yd = y.to(device);
+      const Tensor l = loss ? loss(xd, yd) : loss_(xd, yd);
       if (!l.defined() || l.numel() != 1)
         PT_THROW(InputError, "task '", options_.name, "': the loss function returned ",
                  l.defined() ? "a tensor of shape " + shape_str(l.shape()) : std::string("an undefined tensor"),
                  " on a validation batch; it must return the batch's mean loss as a scalar");
       sums[3 * b] = static_cast<float>(l.item() * static_cast<double>(n));
-      sums[3 * b + 1] = options_.correct ? static_cast<float>(options_.correct(x, y)) : 0.0f;
+      sums[3 * b + 1] = options_.correct ? static_cast<float>(options_.correct(xd, yd)) : 0.0f;
       sums[3 * b + 2] = static_cast<float>(n);
     }
     model_.train(was_training);

@@ -57,7 +57,7 @@ void inject_inf(const optim::NamedParams& params, int rank, int64_t step) {
   for (const auto& [name, p] : params) {
     Tensor g = p.grad();
     if (!g.defined() || g.numel() == 0 || g.dtype() != DType::F32) continue;
-    g.data<float>()[0] = std::numeric_limits<float>::infinity();
+    g.flatten().narrow(0, 0, 1).fill_(std::numeric_limits<double>::infinity());  // on the gradient's device
     PT_LOG_WARN(kTrain, "PARATRAIN_TEST_INJECT_INF: inf in the gradient of ", name, " at step ", step, " (rank ",
                 rank, ")");
     return;

@@ -17,6 +17,7 @@
 #include "checkpoint_saver.h"
 #include "config_check.h"
 #include "data_parallel_step.h"
+#include "device_placement.h"
 #include "parallel_model.h"
 #include "pipeline_step.h"
 #include "resume.h"
@@ -136,6 +137,10 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
   const int dp = shape.dp;
   const int dp_rank = mesh_coord(rank, shape).dp;
   set_threads(cfg, job);
+  // ---- the device: this rank's GPU becomes current (cuda: the local rank's) ----
+  const DeviceSpec device = place_training(cfg, job);
+  check_layout_on_device(cfg, shape, device, builtin);
+  const std::string backend = backend_on(cfg, device);
   // --trace DIR: created (InputError when it cannot be) and recording from here; a failed run
   // still writes this rank's file (TraceSession's destructor).
   std::optional<monitor::TraceSession> tracing;
@@ -175,6 +180,9 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
   else if (!cfg.init_from.empty())
     model.load_state_dict(checkpoint::load_safetensors(cfg.init_from), true, "transformer.");
   const int64_t start_step = resumed ? resumed->step : 0;
+  // The whole (initialised or loaded) model moves to the GPU before anything is cut, wrapped
+  // or given an optimizer: every later tensor of the run follows its parameters' device.
+  if (device.kind != Device::CPU) model.to(device);
   PT_LOG_DEBUG(kTrain, "rank ", rank, " of ", world, " (", shape.str(), "): steps ", start_step, " to ", steps,
                resumed ? " (resumed)" : "", ", micro-batch ", micro_batch, " x grad-accum ", cfg.grad_accum);
   // Where this call stops: the last step, or stop_at_step (a run in sessions).
@@ -186,7 +194,7 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
   std::shared_ptr<comm::ProcessGroup> pg;  // the world
   if (world > 1) {
     comm::ProcessGroupOptions po;
-    po.backend = cfg.backend;
+    po.backend = backend;
     po.deterministic = cfg.deterministic;
     pg = comm::create_process_group_from_env(po);
     if (looked_for_checkpoint) check_ranks_start_at_the_same_step(*pg, start_step, cfg.checkpoint_dir);
@@ -251,12 +259,16 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
   // (constant from then on). Every rank measures its hardware peak when rank 0 does, so their
   // timings stay comparable.
   RunFigures run;
-  run.peak_flops = !cfg.metrics.empty() ? monitor::hardware_peak_flops() : 0.0;
+  // On a GPU the peak is its measured bf16 GEMM rate (also for the progress line's MFU).
+  run.peak_flops = device.kind == Device::CUDA ? monitor::gpu_bf16_peak_flops(device.index)
+                   : !cfg.metrics.empty()      ? monitor::hardware_peak_flops()
+                                               : 0.0;
+  run.device = device.str();
   run.items_per_step = items_per_step;
   run.micro_batch = micro_batch;
   run.flops_per_item = flops_per_item;
   run.compute_dtype = compute_dtype;
-  Allocator& alloc = allocator_for(Device::CPU);
+  Allocator& alloc = memory_of(device);  // the GPU's figures on a GPU (torch.cuda.memory_allocated's)
   alloc.reset_peak();
   TrainResult result;
   result.steps = steps;
@@ -265,7 +277,7 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
   double timed_seconds = 0;
   int64_t timed_items = 0;
   const float base_seed = pm.backward_seed(cfg.grad_accum);
-  Tensor accum_seed = Tensor::full({}, base_seed);
+  Tensor accum_seed = Tensor::full({}, base_seed).to(device);
 
   // Micro-batch sizes per rank (even unless --balance auto moves items to faster ranks), and
   // the background loader that prepares the next step's batches during this one.
@@ -294,7 +306,8 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
     schedule = std::make_unique<PipelineStep>(*task->gpt(), pm, mesh, batches, spec, compute_dtype, half_copies,
                                               micro_batch);
   } else {
-    schedule = std::make_unique<DataParallelStep>(*task, pm, batches, cfg.grad_accum, compute_dtype, half_copies, slowdown);
+    schedule = std::make_unique<DataParallelStep>(*task, pm, batches, cfg.grad_accum, compute_dtype, half_copies, slowdown,
+                                                  device);
   }
 
   monitor::ProgressLine progress(log, steps, &log == &std::cerr && monitor::stderr_is_terminal());
@@ -310,6 +323,8 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
       Task::LossFn loss;
       if (schedule->pipelined())
         loss = [&](const Tensor& x, const Tensor& y) { return schedule->evaluation_loss(x, y); };
+      else if (device.kind != Device::CPU)  // the evaluation batches go up to the model's GPU
+        loss = [&](const Tensor& x, const Tensor& y) { return task->loss(x.to(device), y.to(device)); };
       task->evaluate(cfg.eval_batches, mesh.dp().get(), e, loss);
     }
     if (e.contains("val_loss")) result.val_loss = e["val_loss"];
@@ -338,7 +353,7 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
     pm.zero_grad();
     const double weight = balancer.weight(dp_rank, step);  // 1 unless --balance gave this rank more or less
     const double loss_scale = mp.scaler().scale();  // the scale this step's gradients carry
-    accum_seed.data<float>()[0] = static_cast<float>(base_seed * weight * loss_scale);
+    accum_seed.fill_(static_cast<float>(base_seed * weight * loss_scale));  // on the device, no wait
     const StepOutcome outcome = schedule->run(step, accum_seed);
     const double data_wait_s = prefetcher.take_wait_seconds();
     pm.finish();  // .grad = mean over every micro-batch of every rank (ZeRO: this rank's shard of it)
@@ -416,6 +431,8 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
            << " | lr " << std::scientific << std::setprecision(2) << step_lr << std::fixed << " | "
            << std::setprecision(0) << rate << (task->counts_tokens() ? " tok/s" : " samples/s") << " | ETA "
            << monitor::format_duration(eta);
+      if (device.kind == Device::CUDA && run.peak_flops > 0)  // over every rank's GPU
+        line << " | MFU " << std::setprecision(1) << 100.0 * rate * flops_per_item / (run.peak_flops * world) << "%";
       if (mp.scaler().enabled()) line << " | scale " << std::setprecision(0) << loss_scale << (skipped ? " (skipped)" : "");
       if (plan.size() > 1 || pm.pipelined()) line << " | " << shape.str();
       if (plan.size() > 1) line << ", tp comm " << std::setprecision(1) << tp_stats.ms << " ms";

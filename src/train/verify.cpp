@@ -14,6 +14,7 @@
 #include "lr_schedule.h"
 #include "config_check.h"
 #include "data_parallel_step.h"
+#include "paratrain/tensor/device.h"
 #include "parallel_model.h"
 #include "task_checks.h"
 #include "verify_checks.h"
@@ -51,6 +52,7 @@ void refuse_unsupported(const TrainConfig& cfg, const MeshShape& shape) {
     PT_THROW(InputError, "paratrain verify: ", what,
              " is not built yet (verify compares whole tensors of data-parallel replicas; use --dp, --zero 0|1|2)");
   };
+  if (parse_device(cfg.device).kind != Device::CPU) not_built("--device " + cfg.device);
   if (shape.tp > 1) not_built("--tp " + std::to_string(shape.tp));
   if (shape.pp > 1) not_built("--pp " + std::to_string(shape.pp));
   if (cfg.zero == 3) not_built("--zero 3");
@@ -87,7 +89,7 @@ class Replica {
                          },
                          [](int64_t) {}};
     schedule_ = std::make_unique<DataParallelStep>(task, pm_, batches, cfg.grad_accum, mp_.compute_dtype(),
-                                                   mp_.half_copies(), 1.0);
+                                                   mp_.half_copies(), 1.0, DeviceSpec{Device::CPU, -1});
   }
   ParallelModel& model() { return pm_; }
   DType compute_dtype() const { return mp_.compute_dtype(); }

@@ -102,17 +102,17 @@ TEST_F(Cli, BadDataFiles) {
   expect_bad_input("train --model gpt-nano --vocab-size 100 --data " + tokens("big.bin", 4000, 256), "vocab");
 }
 
-// --device: a malformed value, and a GPU device the training loop cannot use yet (without a
-// CUDA build or a GPU: says why; with one: says training on GPUs is not built yet).
+// --device: a malformed value, and a GPU the run cannot use (without a CUDA build or a GPU:
+// says why; with GPUs: one past the last says how many there are). Runs on GPUs:
+// tests/gpu/train_gpu_test.cpp.
 TEST_F(Cli, DeviceChoices) {
   const std::string data = tokens("d.bin", 4000);
   expect_bad_input("train --model gpt-nano --steps 1 --data " + data + " --device gpu", "use cpu, cuda or cuda:N");
   expect_bad_input("train --model gpt-nano --steps 1 --data " + data + " --device cuda:x", "use cpu, cuda or cuda:N");
-  const std::string why = !cuda::built() ? "no CUDA support"
-                          : cuda::device_count() == 0 ? "not available"
-                                                      : "training on GPUs is not built yet";
-  expect_bad_input("train --model gpt-nano --steps 1 --data " + data + " --device cuda", why);
-  expect_bad_input("train --model gpt-nano --steps 1 --data " + data + " --device cuda:1", why);
+  const int gpus = cuda::device_count();
+  const std::string why = !cuda::built() ? "no CUDA support" : gpus == 0 ? "not available" : "this node has";
+  if (gpus == 0) expect_bad_input("train --model gpt-nano --steps 1 --data " + data + " --device cuda", why);
+  expect_bad_input("train --model gpt-nano --steps 1 --data " + data + " --device cuda:" + std::to_string(gpus), why);
   expect_bad_input("train --model gpt-nano --steps 1 --data " + data + " --backend nccl", "nccl");
 }
 

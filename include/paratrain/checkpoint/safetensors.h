@@ -15,7 +15,8 @@
 // Writing: tensors in the order given (the map overload: sorted by name, as Python's
 // safetensors orders equal-dtype tensors), header JSON with "__metadata__" first (when not
 // empty) then the tensors in data order, padded with spaces so the data section starts at
-// a multiple of 8 bytes. Non-contiguous tensors are written contiguous. Written atomically
+// a multiple of 8 bytes. Non-contiguous tensors are written contiguous, GPU tensors from a
+// host copy (the write waits for the device). Written atomically
 // (base/atomic_file.h). Duplicate or empty names are an InputError.
 //
 // Thread-safety: the functions keep no state; concurrent reads of one file are fine, and so

@@ -41,6 +41,12 @@ std::string format_duration(double seconds);
 // denominator of the metrics' mfu, a true upper bound (no f32 work can exceed it).
 double hardware_peak_flops();
 
+// The bf16 dense GEMM rate of GPU `device` in FLOP/s: 10 cuBLASLt GEMMs of 8192^3 (about
+// 15 ms on an H200, 384 MiB of scratch freed to the caching allocator), measured on the
+// first call per device and cached. The denominator of the mfu of a run on that GPU (llm.c
+// and PyTorch report theirs against the same kind of figure). Needs a CUDA GPU.
+double gpu_bf16_peak_flops(int device);
+
 // Minor page faults of this process so far (getrusage): the first touch of fresh memory,
 // slow on virtual machines; a step in steady state adds none.
 long minor_page_faults();

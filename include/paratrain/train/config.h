@@ -36,6 +36,9 @@ struct TrainConfig {
   // ---- run ----
   uint64_t seed = 1337;
   int threads = 0;  // 0 = the host's cores split among the ranks on it
+  // cpu | cuda (each rank on the GPU of its local rank) | cuda:N. On a GPU the model moves
+  // there before the run starts, batches go up through pinned memory, backend auto is nccl;
+  // tp, pp, zero 3, compression and balance auto are refused there (docs/cuda.md).
   std::string device = "cpu";
   bool deterministic = false;
   // ---- mixed precision (docs/amp.md) ----

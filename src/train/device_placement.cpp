@@ -1,0 +1,63 @@
+#include "device_placement.h"
+
+#include "builtin_tasks.h"
+#include "paratrain/base/error.h"
+#include "paratrain/tensor/cuda.h"
+#include "paratrain/tensor/cuda_allocator.h"
+
+namespace paratrain::train {
+
+DeviceSpec place_training(const TrainConfig& cfg, const comm::JobEnv& job) {
+  DeviceSpec d = parse_device(cfg.device);
+  if (d.kind == Device::CPU) return d;
+  // validate_config said why there is no GPU at all; here: which one this rank takes.
+  const int count = cuda::device_count();
+  if (d.index < 0) {
+    d.index = job.local_rank;
+    if (d.index >= count)
+      PT_THROW(InputError, "--device ", cfg.device, ": local rank ", job.local_rank, " trains on cuda:", job.local_rank,
+               " but this node has ", count, count == 1 ? " GPU" : " GPUs",
+               " (start one rank per GPU: paratrain launch --nproc-per-node auto)");
+  } else if (d.index >= count) {
+    PT_THROW(InputError, "--device ", cfg.device, ": this node has ", count, count == 1 ? " GPU" : " GPUs",
+             " (cuda:0 to cuda:", count - 1, ")");
+  }
+  cuda::set_device(d.index);
+  return d;
+}
+
+void check_layout_on_device(const TrainConfig& c, const parallel::MeshShape& shape, const DeviceSpec& device,
+                            bool builtin) {
+  if (device.kind == Device::CPU) return;
+  const std::string on = "--device " + c.device;
+  const char* use_cpu = " yet (use --device cpu for it)";
+  if (shape.tp > 1) PT_THROW(InputError, "--tp ", shape.tp, ": tensor parallelism does not run with ", on, use_cpu);
+  if (shape.pp > 1) PT_THROW(InputError, "--pp ", shape.pp, ": pipeline parallelism does not run with ", on, use_cpu);
+  if (c.zero == 3) PT_THROW(InputError, "--zero 3 does not run with ", on, " yet (use --zero 1 or 2, or --device cpu)");
+  if (c.compress != "none")
+    PT_THROW(InputError, "--compress ", c.compress, " does not run with ", on, " yet (use --compress none)");
+  if (c.balance == "auto") PT_THROW(InputError, "--balance auto does not run with ", on, use_cpu);
+  if (shape.world() > 1 && c.deterministic)
+    PT_THROW(InputError, "--deterministic with ", on, ": nccl has no rank-ordered reduction (use --device cpu)");
+  if (builtin && c.model == "cnn")
+    PT_THROW(InputError, "--model cnn does not run with ", on, " yet: there is no CUDA convolution kernel (use --model mlp "
+             "or a GPT model, or --device cpu)");
+}
+
+std::string backend_on(const TrainConfig& c, const DeviceSpec& device) {
+  if (device.kind == Device::CPU || c.backend == "nccl") return c.backend;
+  if (c.backend == "auto") return "nccl";
+  PT_THROW(InputError, "--backend ", c.backend, " moves host memory; with --device ", c.device,
+           " use --backend nccl (or auto)");
+}
+
+DeviceSpec model_device(const nn::Module& m) {
+  for (const auto& [name, p] : m.named_parameters()) return p.device_spec();
+  return {Device::CPU, -1};
+}
+
+Allocator& memory_of(const DeviceSpec& device) {
+  return device.kind == Device::CPU ? allocator_for(Device::CPU) : cuda::device_allocator(device.index);
+}
+
+}  // namespace paratrain::train

@@ -1,0 +1,111 @@
+// The train layer's device decisions (src/train/device_placement.h): what runs on a GPU, the
+// backend `auto` means there, and a rank's GPU. Runs everywhere: the GPU is only named, never
+// touched (a real GPU run: tests/gpu/train_gpu_test.cpp).
+#include <gtest/gtest.h>
+
+#include "paratrain/base/error.h"
+#include "paratrain/nn/layers.h"
+#include "paratrain/tensor/cuda.h"
+#include "paratrain/tensor/random.h"
+#include "train/device_placement.h"
+
+using namespace paratrain;
+using namespace paratrain::train;
+
+namespace {
+
+const DeviceSpec kCpu{Device::CPU, -1}, kGpu{Device::CUDA, 0};
+
+TrainConfig gpu_config() {
+  TrainConfig c;
+  c.model = "gpt-nano";
+  c.device = "cuda";
+  return c;
+}
+
+// The InputError's message of `f`, "" when it throws none.
+template <typename F>
+std::string refusal(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_refused(const TrainConfig& c, const parallel::MeshShape& shape, const std::string& needle) {
+  const std::string why = refusal([&] { check_layout_on_device(c, shape, kGpu, true); });
+  EXPECT_NE(why.find(needle), std::string::npos) << "expected '" << needle << "' in: '" << why << "'";
+  EXPECT_NE(why.find("--device cuda"), std::string::npos) << why;
+  // The same configuration on the CPU is not this check's business.
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, shape, kCpu, true); }), "");
+}
+
+}  // namespace
+
+TEST(DevicePlacement, LayoutsThatDoNotRunOnAGpuAreRefusedByName) {
+  TrainConfig c = gpu_config();
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {1, 1, 1}, kGpu, true); }), "");
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {4, 1, 1}, kGpu, true); }), "");  // DDP
+  c.zero = 2;
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu, true); }), "");  // ZeRO 2
+  expect_refused(gpu_config(), {1, 2, 1}, "--tp 2");
+  expect_refused(gpu_config(), {1, 1, 2}, "--pp 2");
+  c = gpu_config(), c.zero = 3;
+  expect_refused(c, {2, 1, 1}, "--zero 3");
+  c = gpu_config(), c.compress = "powersgd";
+  expect_refused(c, {2, 1, 1}, "--compress powersgd");
+  c = gpu_config(), c.balance = "auto";
+  expect_refused(c, {2, 1, 1}, "--balance auto");
+  c = gpu_config(), c.deterministic = true;
+  expect_refused(c, {2, 1, 1}, "--deterministic");
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {1, 1, 1}, kGpu, true); }), "");  // one rank: nothing to order
+  c = gpu_config(), c.model = "cnn";
+  expect_refused(c, {1, 1, 1}, "convolution");
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {1, 1, 1}, kGpu, false); }), "");  // a user's task named cnn
+}
+
+TEST(DevicePlacement, AutoMeansNcclOnAGpuAndHostBackendsAreRefusedThere) {
+  TrainConfig c = gpu_config();
+  EXPECT_EQ(backend_on(c, kGpu), "nccl");
+  c.backend = "nccl";
+  EXPECT_EQ(backend_on(c, kGpu), "nccl");
+  for (const char* host : {"shm", "tcp", "mpi"}) {
+    c.backend = host;
+    const std::string why = refusal([&] { backend_on(c, kGpu); });
+    EXPECT_NE(why.find(std::string("--backend ") + host + " moves host memory"), std::string::npos) << why;
+    EXPECT_NE(why.find("--backend nccl (or auto)"), std::string::npos) << why;
+    EXPECT_EQ(backend_on(c, kCpu), host);
+  }
+  c.backend = "auto";
+  EXPECT_EQ(backend_on(c, kCpu), "auto");  // the CPU's own choice (shm, tcp or mpi) is made later
+}
+
+TEST(DevicePlacement, ARankTakesTheGpuOfItsLocalRank) {
+  TrainConfig c;
+  comm::JobEnv job;
+  job.local_rank = 3;
+  EXPECT_EQ(place_training(c, job).kind, Device::CPU);
+  c.device = "cuda";
+  const int gpus = cuda::device_count();
+  if (gpus > 3) {
+    EXPECT_EQ(place_training(c, job).index, 3);
+    EXPECT_EQ(cuda::current_device(), 3);
+    cuda::set_device(0);
+  } else {
+    const std::string why = refusal([&] { place_training(c, job); });
+    EXPECT_NE(why.find("local rank 3 trains on cuda:3 but this node has " + std::to_string(gpus)), std::string::npos)
+        << why;
+    EXPECT_NE(why.find("--nproc-per-node auto"), std::string::npos) << why;
+  }
+  c.device = "cuda:" + std::to_string(gpus);  // one past the last
+  EXPECT_NE(refusal([&] { place_training(c, job); }).find("this node has " + std::to_string(gpus)), std::string::npos);
+}
+
+TEST(DevicePlacement, AModelIsWhereItsParametersAre) {
+  Generator gen(1);
+  nn::Linear lin(3, 2, true, nn::WeightLayout::OutIn, gen);
+  EXPECT_EQ(model_device(lin).kind, Device::CPU);
+  EXPECT_EQ(&memory_of(kCpu), &allocator_for(Device::CPU));
+}
