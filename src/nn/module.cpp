@@ -40,13 +40,6 @@ void Module::train(bool on) {
   for (auto& [name, child] : children_) child->train(on);
 }
 
-void Module::to(DeviceSpec device) {
-  for (auto& [name, p] : named_parameters()) {
-    p.move_storage_to_(device);
-    if (Tensor g = p.grad(); g.defined()) g.move_storage_to_(device);
-  }
-}
-
 void Module::zero_grad(bool set_to_none) {
   for (auto& [name, t] : named_parameters()) {
     if (set_to_none)

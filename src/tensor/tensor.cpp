@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
-#include <utility>
 #include <sstream>
 
 #include "paratrain/tensor/cuda.h"
@@ -44,16 +43,6 @@ Storage::~Storage() {
   } else if (deleter_) {
     deleter_(data_);
   }
-}
-
-void Storage::swap_memory(Storage& o) {
-  PT_CHECK(nbytes_ == o.nbytes_, "Storage::swap_memory: ", nbytes_, " and ", o.nbytes_, " bytes");
-  std::swap(data_, o.data_);
-  std::swap(device_, o.device_);
-  std::swap(device_index_, o.device_index_);
-  std::swap(pinned_, o.pinned_);
-  std::swap(owned_, o.owned_);
-  std::swap(deleter_, o.deleter_);
 }
 
 void Storage::rebind(void* p) {
@@ -352,20 +341,6 @@ Tensor Tensor::to(DType dtype) const {
   Tensor t = empty(shape_, dtype, device(), device_index());
   t.copy_(*this);
   return t;
-}
-
-void Tensor::move_storage_to_(DeviceSpec d) {
-  if (!storage_) return;
-  if (d.kind == Device::CUDA && d.index < 0) d.index = cuda::current_device();
-  const bool there = d.kind == Device::CPU ? !is_cuda() : is_cuda() && d.index == device_index();
-  if (there) return;
-  Tensor whole;  // the storage's bytes
-  whole.storage_ = storage_;
-  whole.shape_ = {static_cast<int64_t>(storage_->nbytes())};
-  whole.strides_ = {1};
-  whole.dtype_ = DType::U8;
-  Tensor moved = whole.to(d);
-  storage_->swap_memory(*moved.storage_);  // `moved` frees the old memory
 }
 
 Tensor Tensor::to(DeviceSpec d) const {

@@ -43,30 +43,6 @@ TEST(CudaTensor, RoundTripsThroughTheGpu) {
   EXPECT_EQ(one.item(), 42.5);
 }
 
-// move_storage_to_ moves the memory under every tensor of a storage: a copy and a view
-// follow, values and autograd state stay; Module::to moves a model's parameters that way.
-TEST(CudaTensor, MovingAStorageMovesEveryTensorOnIt) {
-  PT_REQUIRE_GPU();
-  std::vector<float> v(1000);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.5f * static_cast<float>(i);
-  Tensor p = Tensor::from_vector(v, {10, 100});
-  p.set_requires_grad(true);
-  Tensor alias = p;                      // as a layer keeps its parameter
-  Tensor row = p.narrow(0, 3, 1);        // a view
-  alias.move_storage_to_({Device::CUDA, 0});
-  EXPECT_TRUE(p.is_cuda());
-  EXPECT_TRUE(row.is_cuda());
-  EXPECT_EQ(p.device_index(), 0);
-  EXPECT_TRUE(p.requires_grad());
-  EXPECT_EQ(p.to_vector(), v);
-  EXPECT_EQ(row.to_vector(), std::vector<float>(v.begin() + 300, v.begin() + 400));
-  EXPECT_EQ(allocator_for(Device::CUDA, 0).stats().bytes_in_use >= 4000, true);
-  p.move_storage_to_({Device::CUDA, 0});  // already there: nothing
-  row.move_storage_to_({Device::CPU, -1});
-  EXPECT_FALSE(alias.is_cuda());
-  EXPECT_EQ(alias.to_vector(), v);
-}
-
 TEST(CudaTensor, PinnedCopiesMatchAndKeepTheirSourceAlive) {
   PT_REQUIRE_GPU();
   auto v = random_values(1 << 20, 2);

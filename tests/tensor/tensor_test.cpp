@@ -74,16 +74,3 @@ TEST(Random, ReproducibleAndUnbiased) {
   EXPECT_NEAR(s / 1e5, 0.0, 0.03);
   EXPECT_NEAR(std::sqrt(s2 / 1e5), 2.0, 0.03);
 }
-
-// On the device it is on already, moving a storage changes nothing: the same memory, values
-// and autograd state (the GPU case: tests/gpu/tensor_cuda_test.cpp).
-TEST(Tensor, MovingAStorageWhereItIsKeepsTheMemory) {
-  Tensor p = Tensor::from_vector({1, 2, 3, 4}, {2, 2});
-  p.set_requires_grad(true);
-  const void* before = p.data_ptr();
-  Tensor alias = p;
-  alias.move_storage_to_({Device::CPU, -1});
-  EXPECT_EQ(p.data_ptr(), before);
-  EXPECT_TRUE(p.requires_grad());
-  EXPECT_EQ(p.to_vector(), (std::vector<float>{1, 2, 3, 4}));
-}

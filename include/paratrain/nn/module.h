@@ -35,12 +35,6 @@ class Module {
   void eval() { train(false); }
   bool is_training() const { return training_; }
 
-  // Moves every parameter and its gradient to `device`, in place (Tensor::move_storage_to_):
-  // the layers' references, tied parameters and state_dict()'s tensors all follow. For a
-  // model built on the host and trained on a GPU, before anything took raw pointers into its
-  // parameters (an optimizer's or a wrapper's buffers are made after the move).
-  void to(DeviceSpec device);
-
   // Drops every parameter's gradient (set_to_none) or zeroes it in place.
   void zero_grad(bool set_to_none = true);
 

@@ -60,8 +60,6 @@ class Storage {
   // parallelism frees a parameter after its forward and gathers it into a flat buffer again.
   // Reading a tensor while its storage points at nothing is the caller's error.
   void rebind(void* p);
-  // Exchanges this storage's memory (and device, ownership) with `other`'s, of the same size.
-  void swap_memory(Storage& other);
 
  private:
   Allocator& owner() const;  // the allocator an owned block came from
@@ -163,12 +161,6 @@ class Tensor {
   Tensor to(DType dtype) const;
   // This tensor on `device` (this when it is there already): a contiguous copy otherwise.
   Tensor to(DeviceSpec device) const;
-  // Moves this tensor's whole storage to `device`, in place (nothing when it is there): every
-  // tensor on that storage (copies, views, the references layers keep to a parameter) then
-  // sees the memory there, with its shape, strides, dtype and autograd state unchanged, as
-  // PyTorch's `p.data = p.data.to(device)` does. The copy follows copy_'s rules. How a
-  // model built on the host moves to a GPU (Module::to); raw pointers taken before are stale.
-  void move_storage_to_(DeviceSpec device);
   // A pinned host copy (this when it is pinned already); needs a CUDA GPU.
   Tensor pin_memory() const;
   // Copies `src` (same shape, any dtype/strides, any device) into this tensor's elements.
