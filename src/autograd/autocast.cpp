@@ -65,8 +65,9 @@ CastPolicy autocast_policy(std::string_view op) {
 
 Tensor WeightCastCache::get(const Tensor& p, DType t) {
   Entry& e = entries_[Key{p.storage().get(), p.offset()}];
-  if (!e.half.defined() || e.half.dtype() != t || e.half.shape() != p.shape()) {
-    e.half = Tensor::empty(p.shape(), t, p.device());
+  if (!e.half.defined() || e.half.dtype() != t || e.half.shape() != p.shape() ||
+      e.half.device_spec() != p.device_spec()) {  // a parameter moved by Module::to gets a new copy there
+    e.half = p.new_empty(p.shape(), t);
     e.fresh = false;
   }
   if (!e.fresh) {

@@ -58,7 +58,7 @@ class CheckpointNode final : public Node {
       if (autocast_ != DType::F32) cast = std::make_unique<AutocastGuard>(autocast_);
       Tensor y2 = fn_(again);
       if (gen_) gen_->set_state(now);
-      back(y2, g[0].defined() ? g[0] : Tensor::zeros(y2.shape(), y2.dtype()), again);
+      back(y2, g[0].defined() ? g[0] : y2.new_zeros(y2.shape()), again);
     }
     return std::vector<Tensor>{again.grad()};
   }

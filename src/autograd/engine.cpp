@@ -73,7 +73,7 @@ void backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   Tensor seed = grad;
   if (!seed.defined()) {
     PT_CHECK(root.numel() == 1, "backward() without a gradient needs a one-element tensor, got ", root.to_string());
-    seed = Tensor::full(root.shape(), 1.0, root.dtype());
+    seed = root.new_full(root.shape(), 1.0);
   }
   NoGradGuard no_grad;
   const auto& root_meta = root.autograd_meta_ptr();

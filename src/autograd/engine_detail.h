@@ -18,6 +18,8 @@ inline void accumulate_into(Tensor& dst, const Tensor& src) {
            shape_str(dst.shape()));
   PT_CHECK(dst.dtype() == src.dtype(), "gradient dtype ", dtype_name(src.dtype()), " does not match ",
            dtype_name(dst.dtype()));
+  PT_CHECK(dst.device_spec() == src.device_spec(), "gradient on ", src.device_spec().str(), " for a tensor whose ",
+           "gradient is on ", dst.device_spec().str(), " (was the parameter moved after a backward?)");
   Tensor s = src.contiguous();
   kernels::kernel(&kernels::Registry::add, dst)(dst.data_ptr(), dst.data_ptr(), s.data_ptr(), dst.numel());
 }

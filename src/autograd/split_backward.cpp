@@ -213,7 +213,7 @@ DeferredWeightGradients split_backward_impl(const Tensor& root, const Tensor& gr
     if (root.numel() != 1)
       PT_THROW(InputError, "backward_input() without a gradient needs a one-element root, got ", root.to_string(),
                ": pass the gradient of the stage's output");
-    seed = Tensor::full(root.shape(), 1.0, root.dtype());
+    seed = root.new_full(root.shape(), 1.0);
   }
   auto not_reached = [&](const std::unordered_set<AutogradMeta*>& reached) {
     if (!inputs_must_be_reached) return;

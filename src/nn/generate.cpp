@@ -81,15 +81,18 @@ std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, co
   EvalScope eval(model);
   std::vector<int32_t> ids = prompt;
   std::vector<float> row_copy;
+  // The window goes to the model's device; a GPU's last row of logits comes back to the host
+  // (to_vector waits for it): one small copy each way per token.
+  const DeviceSpec device = model.wte->weight.device_spec();
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), cfg.block_size);
     std::vector<int32_t> window(ids.end() - T, ids.end());
-    Tensor logits = model.forward(Tensor::from_vector_i32(window, {1, T}));
+    Tensor logits = model.forward(Tensor::from_vector_i32(window, {1, T}).to(device));
     PT_CHECK(logits.dim() == 3 && logits.size(0) == 1 && logits.size(1) == T && logits.size(2) == V,
              "GPT logits have shape ", logits.to_string());
     Tensor row = logits.select(0, 0).select(0, T - 1);
     std::span<const float> last;
-    if (row.dtype() == DType::F32 && row.is_contiguous()) {
+    if (!row.is_cuda() && row.dtype() == DType::F32 && row.is_contiguous()) {
       last = std::span<const float>(row.data<float>(), static_cast<size_t>(V));
     } else {
       row_copy = row.to_vector();

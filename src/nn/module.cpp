@@ -49,6 +49,14 @@ void Module::zero_grad(bool set_to_none) {
   }
 }
 
+void Module::to(DeviceSpec device) {
+  for (auto& [name, t] : named_parameters()) {
+    t.move_to_(device);
+    Tensor g = t.grad();
+    if (g.defined()) g.move_to_(device);  // g shares the storage of the .grad autograd keeps
+  }
+}
+
 std::map<std::string, Tensor> Module::state_dict() const {
   std::map<std::string, Tensor> out;
   for (auto& [name, t] : named_parameters()) out[name] = t.detach();

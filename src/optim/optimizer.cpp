@@ -23,6 +23,20 @@ void load_named(const std::map<std::string, Tensor>& state, const std::string& n
              ", expected ", shape_str(dst.shape()));
   dst.copy_(it->second);
 }
+
+// InputError unless the parameter, its gradient and its state (undefined ones skipped) are on
+// one device: the update kernel runs there.
+void expect_one_device(const char* opt, const std::string& name, const Tensor& p, const Tensor& g,
+                       std::initializer_list<const Tensor*> state) {
+  const DeviceSpec d = p.device_spec();
+  if (g.device_spec() != d)
+    PT_THROW(InputError, opt, ": parameter '", name, "' is on ", d.str(), " but its gradient is on ",
+             g.device_spec().str());
+  for (const Tensor* s : state)
+    if (s->defined() && s->device_spec() != d)
+      PT_THROW(InputError, opt, ": parameter '", name, "' is on ", d.str(), " but its state is on ",
+               s->device_spec().str(), " (build the optimizer after moving the model with Module::to)");
+}
 }  // namespace
 
 void Optimizer::set_param_dims(std::vector<int64_t> dims) {
@@ -38,8 +52,8 @@ int64_t Optimizer::param_dim(size_t i) const {
 AdamW::AdamW(NamedParams params, const AdamWOptions& opts) : Optimizer(std::move(params)), opts_(opts) {
   lr_ = opts.lr;
   for (auto& [name, p] : params_) {
-    m_.push_back(Tensor::zeros(p.shape()));
-    v_.push_back(Tensor::zeros(p.shape()));
+    m_.push_back(p.new_zeros(p.shape(), DType::F32));
+    v_.push_back(p.new_zeros(p.shape(), DType::F32));
   }
 }
 
@@ -54,6 +68,7 @@ void AdamW::step() {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     grads.push_back(g.contiguous());
+    expect_one_device("AdamW", params_[i].first, p, grads.back(), {&m_[i], &v_[i]});
     const float wd = decays(param_dim(i), opts_.decay_2d_only) ? static_cast<float>(opts_.weight_decay) : 0.0f;
     auto& [first, list] = by_device[{static_cast<int>(p.device()), p.device_index()}];
     if (!first.defined()) first = p;
@@ -86,7 +101,7 @@ void AdamW::load_state_dict(const std::map<std::string, Tensor>& state, int64_t 
 SGD::SGD(NamedParams params, const SGDOptions& opts) : Optimizer(std::move(params)), opts_(opts) {
   lr_ = opts.lr;
   for (auto& [name, p] : params_) {
-    buf_.push_back(opts.momentum != 0.0 ? Tensor::zeros(p.shape()) : Tensor());
+    buf_.push_back(opts.momentum != 0.0 ? p.new_zeros(p.shape(), DType::F32) : Tensor());
     has_buf_.push_back(false);
   }
 }
@@ -98,6 +113,7 @@ void SGD::step() {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     g = g.contiguous();
+    expect_one_device("SGD", params_[i].first, p, g, {&buf_[i]});
     const float wd = decays(param_dim(i), opts_.decay_2d_only) ? static_cast<float>(opts_.weight_decay) : 0.0f;
     kernel(&Registry::sgd_update, p)(p.data<float>(), g.data<float>(), buf_[i].defined() ? buf_[i].data<float>() : nullptr, p.numel(),
                   static_cast<float>(lr_), static_cast<float>(opts_.momentum), static_cast<float>(opts_.dampening), wd,

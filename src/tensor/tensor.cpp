@@ -53,6 +53,21 @@ void Storage::rebind(void* p) {
   data_ = p;
 }
 
+void Storage::take_over(Storage& from) {
+  if (&from == this) return;
+  rebind(nullptr);  // releases what this storage owned
+  data_ = from.data_;
+  nbytes_ = from.nbytes_;
+  device_ = from.device_;
+  device_index_ = from.device_index_;
+  pinned_ = from.pinned_;
+  owned_ = from.owned_;
+  deleter_ = std::move(from.deleter_);
+  from.data_ = nullptr;
+  from.owned_ = false;
+  from.deleter_ = nullptr;
+}
+
 // ---------------- helpers ----------------
 std::string shape_str(const Shape& s) {
   std::ostringstream os;
@@ -113,6 +128,12 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device, int index) 
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
   Tensor t = empty(shape, dtype);
+  t.fill_(value);
+  return t;
+}
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, DeviceSpec device) {
+  Tensor t = empty(shape, dtype, device);
   t.fill_(value);
   return t;
 }
@@ -350,6 +371,23 @@ Tensor Tensor::to(DeviceSpec d) const {
   Tensor t = empty(shape_, dtype_, d.kind, d.index);
   t.copy_(*this);
   return t;
+}
+
+void Tensor::move_to_(DeviceSpec d) {
+  PT_CHECK(defined(), "move_to_() of an undefined tensor");
+  if (d.kind == Device::CPU && !is_cuda()) return;  // pinned host memory is on the cpu too
+  if (d.kind == Device::CUDA && d.index < 0) d.index = cuda::current_device();
+  if (d.kind == Device::CUDA && is_cuda() && d.index == device_index()) return;
+  // The whole storage, byte for byte, so every view of it keeps its offset and strides.
+  const int64_t n = static_cast<int64_t>(storage_->nbytes());
+  Tensor bytes;
+  bytes.storage_ = storage_;
+  bytes.shape_ = {n};
+  bytes.strides_ = {1};
+  bytes.dtype_ = DType::U8;
+  Tensor moved = empty({n}, DType::U8, d);
+  moved.copy_(bytes);
+  storage_->take_over(*moved.storage_);
 }
 
 Tensor Tensor::pin_memory() const {

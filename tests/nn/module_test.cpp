@@ -63,3 +63,33 @@ TEST(Classifiers, TorchNamesAndShapes) {
   EXPECT_EQ(mlp.state_dict().at("fc1.weight").shape(), (Shape{256, 784}));
   EXPECT_EQ(mlp.state_dict().at("fc3.weight").shape(), (Shape{10, 256}));
 }
+
+TEST(Module, ToCpuOfACpuModelKeepsEveryParameterItsStorageAndValues) {
+  nn::GPTConfig cfg;
+  cfg.n_layer = 1;
+  cfg.n_embd = 16;
+  cfg.n_head = 2;
+  cfg.block_size = 8;
+  cfg.vocab_size = 32;
+  nn::GPT model(cfg, 5);
+  auto before = model.named_parameters();
+  std::vector<std::vector<float>> values;
+  std::vector<const void*> memory;
+  for (auto& [name, p] : before) {
+    values.push_back(p.to_vector());
+    memory.push_back(p.data_ptr());
+  }
+  model.to(DeviceSpec{});
+  auto after = model.named_parameters();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_EQ(after[i].first, before[i].first);
+    EXPECT_TRUE(after[i].second.shares_storage(before[i].second)) << after[i].first;
+    EXPECT_EQ(after[i].second.data_ptr(), memory[i]) << after[i].first;
+    EXPECT_EQ(after[i].second.to_vector(), values[i]) << after[i].first;
+    EXPECT_TRUE(after[i].second.requires_grad()) << after[i].first;
+    EXPECT_EQ(after[i].second.device_spec(), (DeviceSpec{Device::CPU, -1}));
+  }
+  // The layers' own handles are the same parameters.
+  EXPECT_TRUE(model.wte->weight.shares_storage(before[0].second));
+}

@@ -38,6 +38,19 @@ class Module {
   // Drops every parameter's gradient (set_to_none) or zeroes it in place.
   void zero_grad(bool set_to_none = true);
 
+  // Moves every parameter of this module and its children (and its .grad, when it has one)
+  // to `device` in place, as torch's module.to(device): each parameter keeps its identity --
+  // the Tensor handles layers, state_dict() results and optimizers hold share the moved
+  // storage (Tensor::move_to_) -- and its values, requires_grad and name. A parameter already
+  // there (a tied one moved through another name, or every one for to(cpu) of a CPU model)
+  // is left as it is. Build optimizers after the move: their state is made on the
+  // parameters' device then. Half copies in a WeightCastCache are remade on the new device
+  // on their next use. Raw pointers to parameter memory taken before (buckets of data
+  // parallelism, views made by fully sharded data parallelism) are stale afterwards, so a
+  // model is moved before it is wrapped. A failure part-way (a GPU out of memory) leaves the
+  // parameters moved so far on `device`; ops then refuse the mixed model until to() succeeds.
+  void to(DeviceSpec device);
+
   // name -> parameter, sharing storage.
   std::map<std::string, Tensor> state_dict() const;
   // Copies `state` into the parameters. A missing name, an unexpected name (when strict), a

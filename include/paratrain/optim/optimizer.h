@@ -10,6 +10,9 @@
 // Lifetimes: an Optimizer keeps the parameter tensors it is given (handles sharing their
 // storage), so it updates the model's parameters in place and keeps that storage alive; its
 // state tensors are its own. state_dict() returns handles to that state (not copies).
+// Devices: the state is made on each parameter's device when the optimizer is built, so move
+// the model first (Module::to); step() throws InputError naming the parameter when a
+// parameter, its gradient and its state are not on one device.
 // Thread-safety: not thread-safe: one thread steps an optimizer, and no other thread may
 // use the parameters or their .grad during step(). Schedules and clipping are functions.
 #pragma once

@@ -60,6 +60,10 @@ class Storage {
   // parallelism frees a parameter after its forward and gathers it into a flat buffer again.
   // Reading a tensor while its storage points at nothing is the caller's error.
   void rebind(void* p);
+  // Takes over `from`'s memory, device and ownership, releasing what this storage held;
+  // `from` is left pointing at nothing (and owning nothing). Every tensor on this storage sees
+  // the new memory and device: how Tensor::move_to_ moves a parameter with all its aliases.
+  void take_over(Storage& from);
 
  private:
   Allocator& owner() const;  // the allocator an owned block came from
@@ -103,6 +107,8 @@ class Tensor {
   // Host memory that is page-locked, so copies to a GPU from it run asynchronously.
   static Tensor empty_pinned(const Shape& shape, DType dtype = DType::F32);
   static Tensor full(const Shape& shape, double value, DType dtype = DType::F32);
+  // On a GPU: empty, then fill_ (a kernel on the device's compute stream, no host memory).
+  static Tensor full(const Shape& shape, double value, DType dtype, DeviceSpec device);
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape);
   static Tensor from_vector_i32(const std::vector<int32_t>& values, const Shape& shape);
   static Tensor from_vector_i64(const std::vector<int64_t>& values, const Shape& shape);
@@ -146,6 +152,19 @@ class Tensor {
   std::vector<float> to_vector() const;
   std::vector<int64_t> to_vector_i64() const;
 
+  // ---- new tensors like this one (PyTorch's new_empty, new_zeros, new_full) ----
+  // Fresh contiguous tensors on this tensor's device (device_spec(): cpu, or this tensor's
+  // GPU, whatever the thread's current device), in `dtype` (this tensor's when omitted).
+  // No autograd state. How ops allocate outputs and gradients beside their inputs.
+  Tensor new_empty(const Shape& shape) const { return new_empty(shape, dtype_); }
+  Tensor new_empty(const Shape& shape, DType dtype) const { return empty(shape, dtype, device_spec()); }
+  Tensor new_zeros(const Shape& shape) const { return new_zeros(shape, dtype_); }
+  Tensor new_zeros(const Shape& shape, DType dtype) const { return zeros(shape, dtype, device_spec()); }
+  Tensor new_full(const Shape& shape, double value) const { return new_full(shape, value, dtype_); }
+  Tensor new_full(const Shape& shape, double value, DType dtype) const {
+    return full(shape, value, dtype, device_spec());
+  }
+
   // ---- views (share storage) ----
   Tensor view(const Shape& shape) const;       // requires contiguous; one -1 allowed
   Tensor reshape(const Shape& shape) const;    // view when possible, else a contiguous copy
@@ -161,6 +180,16 @@ class Tensor {
   Tensor to(DType dtype) const;
   // This tensor on `device` (this when it is there already): a contiguous copy otherwise.
   Tensor to(DeviceSpec device) const;
+  // Moves this tensor's storage to `device` in place (PyTorch's `param.data = param.to(d)`,
+  // done on the shared Storage): every tensor on the same storage -- views, the copies of a
+  // parameter that layers and optimizers hold, tensors autograd saved -- is then on `device`
+  // with the same shape, strides, offset, dtype and autograd state (requires_grad, name,
+  // hooks). The old memory goes back to its allocator (stream-ordered on a GPU; from_blob
+  // memory to its deleter) once the copy no longer needs it. A no-op when the storage is
+  // there already. Raw pointers taken before (data_ptr) are stale afterwards; the caller
+  // makes sure nothing else uses the storage meanwhile (e.g. queued work on another stream).
+  // The gradient (.grad) is not moved: Module::to moves it.
+  void move_to_(DeviceSpec device);
   // A pinned host copy (this when it is pinned already); needs a CUDA GPU.
   Tensor pin_memory() const;
   // Copies `src` (same shape, any dtype/strides, any device) into this tensor's elements.

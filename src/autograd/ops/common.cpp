@@ -1,6 +1,6 @@
 #include "common.h"
 
-#include <cstring>
+#include "paratrain/tensor/cuda.h"
 
 namespace paratrain::ops::detail {
 
@@ -25,17 +25,40 @@ void expect_same_dtype(const char* op, std::initializer_list<std::pair<const cha
   }
 }
 
+void expect_same_device(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts) {
+  const std::pair<const char*, const Tensor*>* first = nullptr;
+  for (const auto& t : ts) {
+    if (!t.second->defined()) continue;
+    if (!first) {
+      first = &t;
+      continue;
+    }
+    if (t.second->device_spec() != first->second->device_spec())
+      PT_THROW(InputError, op, ": ", first->first, " is on ", first->second->device_spec().str(), " but ", t.first,
+               " is on ", t.second->device_spec().str(), " (move the module with Module::to, the data with Tensor::to)");
+  }
+  if (first && first->second->is_cuda()) {
+    const int d = first->second->device_index(), current = cuda::current_device();
+    if (d != current)
+      PT_THROW(InputError, op, ": ", first->first, " is on cuda:", d, " but this thread's current GPU is cuda:", current,
+               " (kernels run on the current GPU: call cuda::set_device(", d, ") first)");
+  }
+}
+
 void convert_into(Tensor& dst, const Tensor& src) {
   PT_CHECK(dst.numel() == src.numel() && dst.is_contiguous() && src.is_contiguous(), "convert_into: layouts differ");
   const auto& K = kernels::registry();
+  PT_CHECK(dst.device_spec() == src.device_spec(), "convert_into: ", src.device_spec().str(), " into ",
+           dst.device_spec().str());
   if (dst.dtype() == src.dtype()) {
-    std::memcpy(dst.data_ptr(), src.data_ptr(), src.nbytes());
+    Tensor flat = dst.view({dst.numel()});
+    flat.copy_(src.view({src.numel()}));  // a memmove on the cpu
   } else if (src.dtype() == DType::F32) {
     K.cast_from_f32.at(dst.device(), dst.dtype())(dst.data_ptr(), src.data_ptr(), src.numel());
   } else if (dst.dtype() == DType::F32) {
     K.cast_to_f32.at(src.device(), src.dtype())(dst.data_ptr(), src.data_ptr(), src.numel());
   } else {  // half to the other half, through f32
-    Tensor f = Tensor::empty(src.shape(), DType::F32, src.device());
+    Tensor f = src.new_empty(src.shape(), DType::F32);
     K.cast_to_f32.at(src.device(), src.dtype())(f.data_ptr(), src.data_ptr(), src.numel());
     K.cast_from_f32.at(dst.device(), dst.dtype())(dst.data_ptr(), f.data_ptr(), src.numel());
   }
@@ -44,7 +67,7 @@ void convert_into(Tensor& dst, const Tensor& src) {
 Tensor convert(const Tensor& src, DType t) {
   if (src.dtype() == t) return src;
   Tensor c = src.contiguous();
-  Tensor out = Tensor::empty(src.shape(), t, src.device());
+  Tensor out = src.new_empty(src.shape(), t);
   convert_into(out, c);
   return out;
 }
@@ -72,8 +95,8 @@ void expect_same_shape(const Tensor& a, const Tensor& b, const char* op) {
     PT_THROW(InputError, op, ": shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()), " differ");
 }
 
-Tensor grad_or_zeros(const Tensor& g, const Shape& shape) {
-  if (!g.defined()) return Tensor::zeros(shape);
+Tensor grad_or_zeros(const Tensor& g, const Shape& shape, DeviceSpec device) {
+  if (!g.defined()) return Tensor::zeros(shape, DType::F32, device);
   return g.contiguous();
 }
 

@@ -19,6 +19,11 @@ using kernels::Registry;
 Tensor float_contiguous(const Tensor& x, const char* op, const char* what);
 // InputError unless every defined tensor has a's dtype ("op: weight is f32, input is bf16").
 void expect_same_dtype(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts);
+// InputError unless every defined tensor is on the first one's device ("linear: input is on
+// cuda:0 but weight is on cpu (move the module with Module::to)"), and, when that is a GPU,
+// unless it is the calling thread's current GPU (the kernels run there, tensor/cuda.h).
+// An op's outputs and gradients are then allocated on that device (Tensor::new_empty).
+void expect_same_device(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts);
 
 // dst = src converted to dst's dtype (both contiguous, same numel, floating point), through
 // the kernels' cast tables.
@@ -40,8 +45,8 @@ inline void record_lambda(const char* name, std::initializer_list<const Tensor*>
   autograd::record(std::make_shared<autograd::LambdaNode>(name, std::move(fn)), inputs, outputs);
 }
 
-// The gradient g as a contiguous f32 tensor (materialising zeros if undefined).
-Tensor grad_or_zeros(const Tensor& g, const Shape& shape);
+// The gradient g as a contiguous tensor; f32 zeros of `shape` on `device` if undefined.
+Tensor grad_or_zeros(const Tensor& g, const Shape& shape, DeviceSpec device);
 
 }  // namespace paratrain::ops::detail
 

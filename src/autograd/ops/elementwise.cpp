@@ -30,6 +30,7 @@ struct Promoted {
 };
 Promoted promoted(const char* op, const Tensor& a_in, const Tensor& b_in) {
   expect_same_shape(a_in, b_in, op);
+  expect_same_device(op, {{"a", &a_in}, {"b", &b_in}});
   float_contiguous(a_in, op, "a");
   float_contiguous(b_in, op, "b");
   const DType t = widest(a_in.dtype(), b_in.dtype());
@@ -44,7 +45,7 @@ Tensor add(const Tensor& a_in, const Tensor& b_in) {
   autograd::profiler::OpScope op_scope("add", false);
   Promoted p = promoted("add", a_in, b_in);
   const Tensor &a = p.ac, &b = p.bc;
-  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  Tensor out = a.new_empty(a.shape());
   kernel(&Registry::add, a)(out.data_ptr(), a.data_ptr(), b.data_ptr(), a.numel());
   if (autograd::any_requires_grad({&p.a, &p.b}))
     record_lambda("add", {&p.a, &p.b}, {&out}, [](std::vector<Tensor>& g) { return std::vector<Tensor>{g[0], g[0]}; });
@@ -55,14 +56,14 @@ Tensor sub(const Tensor& a_in, const Tensor& b_in) {
   autograd::profiler::OpScope op_scope("sub", false);
   Promoted p = promoted("sub", a_in, b_in);
   const Tensor &a = p.ac, &b = p.bc;
-  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  Tensor out = a.new_empty(a.shape());
   kernel(&Registry::sub, a)(out.data_ptr(), a.data_ptr(), b.data_ptr(), a.numel());
   if (autograd::any_requires_grad({&p.a, &p.b}))
     record_with_node("sub", {&p.a, &p.b}, {&out}, [](autograd::Node& node, std::vector<Tensor>& g) {
       Tensor gc = g[0].contiguous();
       Tensor nb;
       if (node.needs_input_grad(1)) {
-        nb = Tensor::empty(gc.shape(), gc.dtype());
+        nb = gc.new_empty(gc.shape());
         kernel(&Registry::scale, gc)(nb.data_ptr(), gc.data_ptr(), -1.0f, gc.numel());
       }
       return std::vector<Tensor>{gc, nb};
@@ -74,7 +75,7 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
   autograd::profiler::OpScope op_scope("mul", false);
   Promoted p = promoted("mul", a_in, b_in);
   const Tensor &a = p.ac, &b = p.bc;
-  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  Tensor out = a.new_empty(a.shape());
   kernel(&Registry::mul, a)(out.data_ptr(), a.data_ptr(), b.data_ptr(), a.numel());
   if (autograd::any_requires_grad({&p.a, &p.b})) {
     Tensor sa = a.detach(), sb = b.detach();
@@ -82,11 +83,11 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
       Tensor gc = g[0].contiguous();
       Tensor da, db;
       if (node.needs_input_grad(0)) {
-        da = Tensor::empty(gc.shape(), gc.dtype());
+        da = gc.new_empty(gc.shape());
         kernel(&Registry::mul, gc)(da.data_ptr(), gc.data_ptr(), sb.data_ptr(), gc.numel());
       }
       if (node.needs_input_grad(1)) {
-        db = Tensor::empty(gc.shape(), gc.dtype());
+        db = gc.new_empty(gc.shape());
         kernel(&Registry::mul, gc)(db.data_ptr(), gc.data_ptr(), sa.data_ptr(), gc.numel());
       }
       return std::vector<Tensor>{da, db};
@@ -98,12 +99,13 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
 Tensor scale(const Tensor& a_in, float s) {
   autograd::profiler::OpScope op_scope("scale", false);
   Tensor a = float_contiguous(a_in, "scale", "a");
-  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  expect_same_device("scale", {{"a", &a_in}});
+  Tensor out = a.new_empty(a.shape());
   kernel(&Registry::scale, a)(out.data_ptr(), a.data_ptr(), s, a.numel());
   if (autograd::any_requires_grad({&a_in}))
     record_lambda("scale", {&a_in}, {&out}, [s](std::vector<Tensor>& g) {
       Tensor gc = g[0].contiguous();
-      Tensor d = Tensor::empty(gc.shape(), gc.dtype());
+      Tensor d = gc.new_empty(gc.shape());
       kernel(&Registry::scale, gc)(d.data_ptr(), gc.data_ptr(), s, gc.numel());
       return std::vector<Tensor>{d};
     });
@@ -114,13 +116,14 @@ Tensor scale(const Tensor& a_in, float s) {
 template <typename Fwd, typename Bwd>
 static Tensor activation(const char* name, const Tensor& x_in, Fwd fwd, Bwd bwd, bool save_output) {
   Tensor x = float_contiguous(x_in, name, "input");
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  expect_same_device(name, {{"input", &x_in}});
+  Tensor out = x.new_empty(x.shape());
   kernel(fwd, x)(out.data_ptr(), x.data_ptr(), x.numel());
   if (autograd::any_requires_grad({&x_in})) {
     Tensor saved = save_output ? out.detach() : x.detach();
     record_lambda(name, {&x_in}, {&out}, [saved, bwd](std::vector<Tensor>& g) {
       Tensor gc = g[0].contiguous();
-      Tensor d = Tensor::zeros(gc.shape(), gc.dtype());
+      Tensor d = gc.new_zeros(gc.shape());
       kernel(bwd, gc)(d.data_ptr(), gc.data_ptr(), saved.data_ptr(), gc.numel());
       return std::vector<Tensor>{d};
     });
@@ -186,17 +189,21 @@ Tensor dropout(const Tensor& x_in, float p, bool training, Generator& gen) {
   if (p < 0.0f || p >= 1.0f) PT_THROW(InputError, "dropout: probability ", p, " is outside [0, 1)");
   if (!training || p == 0.0f) return x_in;
   Tensor x = float_contiguous(x_in, "dropout", "input");
+  expect_same_device("dropout", {{"input", &x_in}});
   const int64_t n = x.numel();
+  // The mask is drawn on the host from `gen` (the same draws on every device, so a run on a
+  // GPU drops what the CPU run drops), then copied to x's device.
   Tensor mask = Tensor::empty(x.shape(), DType::U8);
   uint8_t* m = mask.data<uint8_t>();
   for (int64_t i = 0; i < n; ++i) m[i] = gen.uniform_f32() >= p ? 1 : 0;
+  mask = mask.to(x.device_spec());
   const float s = 1.0f / (1.0f - p);
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  kernel(&Registry::dropout_forward, x)(out.data_ptr(), x.data_ptr(), m, s, n);
+  Tensor out = x.new_empty(x.shape());
+  kernel(&Registry::dropout_forward, x)(out.data_ptr(), x.data_ptr(), mask.data<uint8_t>(), s, n);
   if (autograd::any_requires_grad({&x_in}))
     record_lambda("dropout", {&x_in}, {&out}, [mask, s](std::vector<Tensor>& g) {
       Tensor gc = g[0].contiguous();
-      Tensor d = Tensor::zeros(gc.shape(), gc.dtype());
+      Tensor d = gc.new_zeros(gc.shape());
       kernel(&Registry::dropout_backward, gc)(d.data_ptr(), gc.data_ptr(), mask.data<uint8_t>(), s, gc.numel());
       return std::vector<Tensor>{d};
     });

@@ -48,6 +48,7 @@ Tensor linear_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, b
   Tensor x = float_contiguous(x_in, "linear", "input");
   Tensor w = float_contiguous(w_in, "linear", "weight");
   expect_same_dtype("linear", {{"input", &x_in}, {"weight", &w_in}, {"bias", &b_in}});
+  expect_same_device("linear", {{"input", &x_in}, {"weight", &w_in}, {"bias", &b_in}});
   if (w.dim() != 2 || x.dim() < 1) PT_THROW(InputError, "linear: weight must be 2-D, got ", shape_str(w.shape()));
   const bool trans_b = !in_out_layout;
   const int64_t K = x.size(-1);
@@ -61,7 +62,7 @@ Tensor linear_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, b
     b = float_contiguous(b_in, "linear", "bias");
     if (b.numel() != N) PT_THROW(InputError, "linear: bias ", shape_str(b.shape()), " for ", N, " outputs");
   }
-  Tensor out = Tensor::empty(with_last(x.shape(), N), x.dtype());
+  Tensor out = x.new_empty(with_last(x.shape(), N));
   forward_gemm(kernel(&Registry::gemm, x), out.data_ptr(), x.data_ptr(), w.data_ptr(), M, N, K, trans_b);
   if (b.defined()) kernel(&Registry::bias_add, out)(out.data_ptr(), b.data_ptr(), M, N);
   if (autograd::any_requires_grad({&x_in, &w_in, &b_in})) {
@@ -73,12 +74,12 @@ Tensor linear_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, b
     node->set_fn([sx, sw, has_bias, M, N, K, trans_b, raw](std::vector<Tensor>& g) {
       Tensor dout = g[0].contiguous();
       Tensor dx, dw, db;
-      if (raw->needs_input_grad(0)) dx = Tensor::empty(sx.shape(), sx.dtype());
-      if (raw->needs_input_grad(1)) dw = Tensor::empty(sw.shape(), sw.dtype());
+      if (raw->needs_input_grad(0)) dx = sx.new_empty(sx.shape());
+      if (raw->needs_input_grad(1)) dw = sw.new_empty(sw.shape());
       backward_gemm(kernel(&Registry::gemm, dout), ptr_or_null(dx), ptr_or_null(dw), dout.data_ptr(), sx.data_ptr(),
                     sw.data_ptr(), M, N, K, trans_b);
       if (has_bias && raw->needs_input_grad(2)) {
-        db = Tensor::zeros({N}, dout.dtype());
+        db = dout.new_zeros({N});
         kernel(&Registry::bias_backward, dout)(db.data_ptr(), dout.data_ptr(), M, N);
       }
       return std::vector<Tensor>{dx, dw, db};
@@ -99,6 +100,7 @@ Tensor add_bias(const Tensor& x_raw, const Tensor& b_raw) {
   const Tensor x_in = autocast_input("linear", x_raw), b_in = autocast_input("linear", b_raw);
   Tensor x = float_contiguous(x_in, "add_bias", "input"), b = float_contiguous(b_in, "add_bias", "bias");
   expect_same_dtype("add_bias", {{"input", &x_in}, {"bias", &b_in}});
+  expect_same_device("add_bias", {{"input", &x_in}, {"bias", &b_in}});
   const int64_t N = x.dim() ? x.size(-1) : 0, M = x.numel() / std::max<int64_t>(N, 1);
   if (b.numel() != N) PT_THROW(InputError, "add_bias: bias ", shape_str(b.shape()), " for input ", shape_str(x.shape()));
   Tensor out = x.clone();
@@ -108,7 +110,7 @@ Tensor add_bias(const Tensor& x_raw, const Tensor& b_raw) {
       Tensor dout = g[0].contiguous();
       Tensor db;
       if (node.needs_input_grad(1)) {
-        db = Tensor::zeros({N}, dout.dtype());
+        db = dout.new_zeros({N});
         kernel(&Registry::bias_backward, dout)(db.data_ptr(), dout.data_ptr(), M, N);
       }
       return std::vector<Tensor>{dout, db};
@@ -127,10 +129,11 @@ Tensor bmm(const Tensor& a_raw, const Tensor& b_raw) {
   const Tensor a_in = autocast_input("bmm", a_raw), b_in = autocast_input("bmm", b_raw);
   Tensor a = float_contiguous(a_in, "bmm", "a"), b = float_contiguous(b_in, "bmm", "b");
   expect_same_dtype("bmm", {{"a", &a_in}, {"b", &b_in}});
+  expect_same_device("bmm", {{"a", &a_in}, {"b", &b_in}});
   if (a.dim() != 3 || b.dim() != 3 || a.size(0) != b.size(0) || a.size(2) != b.size(1))
     PT_THROW(InputError, "bmm: shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()), " do not fit");
   const int64_t Bt = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
-  Tensor out = Tensor::empty({Bt, M, N}, a.dtype());
+  Tensor out = a.new_empty({Bt, M, N});
   kernel(&Registry::gemm_batched, a)(false, false, M, N, K, 1.0f, a.data_ptr(), K, b.data_ptr(), N, 0.0f,
                                      out.data_ptr(), N, Bt, M * K, K * N, M * N);
   if (autograd::any_requires_grad({&a_in, &b_in})) {
@@ -141,12 +144,12 @@ Tensor bmm(const Tensor& a_raw, const Tensor& b_raw) {
       Tensor da, db;
       auto gemm_batched = kernel(&Registry::gemm_batched, dout);
       if (node.needs_input_grad(0)) {
-        da = Tensor::empty(sa.shape(), sa.dtype());
+        da = sa.new_empty(sa.shape());
         gemm_batched(false, true, M, K, N, 1.0f, dout.data_ptr(), N, sb.data_ptr(), N, 0.0f, da.data_ptr(), K, Bt,
                      M * N, K * N, M * K);
       }
       if (node.needs_input_grad(1)) {
-        db = Tensor::empty(sb.shape(), sb.dtype());
+        db = sb.new_empty(sb.shape());
         gemm_batched(true, false, K, N, M, 1.0f, sa.data_ptr(), K, dout.data_ptr(), N, 0.0f, db.data_ptr(), N, Bt,
                      M * K, M * N, K * N);
       }
