@@ -157,7 +157,7 @@ static Tensor reduce_scalar(const char* name, const Tensor& x_in, double factor)
     const DType t = x.dtype();
     const DeviceSpec dev = x.device_spec();
     record_lambda(name, {&x_in}, {&out}, [shape, factor, t, dev](std::vector<Tensor>& g) {
-      const Tensor g0 = convert(g[0].contiguous(), DType::F32);
+      const Tensor g0 = convert(g[0].contiguous(), DType::F32).to(dev);  // a seed made elsewhere moves here
       Tensor dx = Tensor::empty(shape, t, dev);
       kernel(&Registry::fill_scaled, dx)(dx.data_ptr(), g0.data_ptr(), factor, dx.numel());
       return std::vector<Tensor>{dx};

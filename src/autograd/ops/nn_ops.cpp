@@ -178,7 +178,8 @@ Tensor cross_entropy(const Tensor& logits_raw, const Tensor& targets_in) {
     Tensor sl = logits.detach();
     record_lambda("cross_entropy", {&logits_in, &targets_in}, {&out},
                   [sl, lse, targets, count, N, V](std::vector<Tensor>& g) {
-                    const Tensor g0 = convert(g[0].contiguous(), DType::F32);
+                    // (a seed made elsewhere is moved here: the scale is computed on this device)
+                    const Tensor g0 = convert(g[0].contiguous(), DType::F32).to(sl.device_spec());
                     Tensor dl = Tensor::empty({N}, DType::F32, sl.device_spec());
                     kernel(&Registry::crossentropy_grad_scale, dl)(dl.data<float>(), g0.data<float>(),
                                                                    count.data<int64_t>(), N);
