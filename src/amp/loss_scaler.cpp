@@ -4,6 +4,7 @@
 
 #include "paratrain/base/error.h"
 #include "paratrain/kernels/registry.h"
+#include "paratrain/kernels/tensor_reduce.h"
 
 namespace paratrain::amp {
 
@@ -41,15 +42,14 @@ LossScaler::LossScaler(const LossScalerOptions& o) : o_(o), scale_(o.init_scale)
 bool LossScaler::unscale_and_check(const std::vector<Tensor>& grads, comm::ProcessGroup* group) {
   found_inf_ = false;
   if (!enabled()) return true;
-  const auto& K = kernels::registry();
   const float inv = static_cast<float>(1.0 / scale_);
-  float bad = 0.0f;
   for (const Tensor& g : grads) {
     if (!g.defined() || g.numel() == 0) continue;
     PT_CHECK(g.is_contiguous(), "loss scaler: gradients must be contiguous");
     kernels::kernel(&kernels::Registry::scale, g)(g.data_ptr(), g.data_ptr(), inv, g.numel());
-    if (bad == 0.0f && !K.all_finite.at(g.device(), g.dtype())(g.data_ptr(), g.numel())) bad = 1.0f;
   }
+  // one flag per device, read back once (not a sync per gradient)
+  float bad = kernels::all_finite(grads) ? 0.0f : 1.0f;
   if (group && group->size() > 1) group->allreduce(&bad, 1, DType::F32, comm::ReduceOp::kMax)->wait();
   found_inf_ = bad != 0.0f;
   return !found_inf_;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "paratrain/kernels/registry.h"
+#include "paratrain/kernels/tensor_reduce.h"
 
 namespace paratrain::optim {
 
@@ -153,14 +154,12 @@ LRSchedule::Kind LRSchedule::parse(const std::string& name) {
 }
 
 double grad_norm(const NamedParams& params) {
-  double sq = 0.0;
+  std::vector<Tensor> grads;
   for (const auto& [name, p] : params) {
     Tensor g = p.grad();
-    if (!g.defined()) continue;
-    g = g.contiguous();
-    sq += kernel(&Registry::sum_squares, g)(g.data<float>(), g.numel());
+    if (g.defined()) grads.push_back(g.contiguous());
   }
-  return std::sqrt(sq);
+  return std::sqrt(kernels::sum_of_squares(grads));  // one read-back, not one per tensor
 }
 
 double clip_grad_norm(const NamedParams& params, double max_norm, double norm) {

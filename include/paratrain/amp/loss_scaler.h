@@ -54,7 +54,9 @@ class LossScaler {
 
   // Multiplies every defined gradient by 1/scale and reports whether all are finite on every
   // rank of `group` (MAX over the group of a local flag; null: this rank only). Returns true
-  // when the optimizer may step. Disabled: true, the gradients untouched.
+  // when the optimizer may step. Disabled: true, the gradients untouched. The local check
+  // collects every gradient into one flag per device and reads it back once (no sync per
+  // gradient on a GPU).
   bool unscale_and_check(const std::vector<Tensor>& grads, comm::ProcessGroup* group);
   // After the step (taken or skipped): backoff on inf/NaN, growth after growth_interval clean
   // steps (dynamic only).

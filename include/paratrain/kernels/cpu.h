@@ -27,6 +27,7 @@
 #include "paratrain/kernels/cpu/linear.h"
 #include "paratrain/kernels/cpu/elementwise.h"
 #include "paratrain/kernels/cpu/reduce.h"
+#include "paratrain/kernels/cpu/reduce_into.h"
 #include "paratrain/kernels/cpu/layernorm.h"
 #include "paratrain/kernels/cpu/softmax.h"
 #include "paratrain/kernels/cpu/attention.h"

@@ -72,6 +72,14 @@ struct Registry {
   PT_KERNEL_TABLE(sum);
   PT_KERNEL_TABLE(sum_squares);
   PT_KERNEL_TABLE(all_finite);
+  // reduce_into.h: the reductions that keep their value in device memory (no host sync);
+  // keyed by the dtype of x (fill_scaled: of out; crossentropy_*: the f32 losses)
+  PT_KERNEL_TABLE(sum_squares_into);
+  PT_KERNEL_TABLE(nonfinite_into);
+  PT_KERNEL_TABLE(sum_scaled);
+  PT_KERNEL_TABLE(fill_scaled);
+  PT_KERNEL_TABLE(crossentropy_mean);
+  PT_KERNEL_TABLE(crossentropy_grad_scale);
   // optim.h: parameters, gradients and state in the table's dtype
   PT_KERNEL_TABLE(adamw_update);
   PT_KERNEL_TABLE(adamw_update_multi);
@@ -100,7 +108,8 @@ void register_half_loss_kernels(Registry& r);
 namespace cuda {
 // Puts the CUDA kernels into `r` for Device::CUDA (src/kernels/cuda; builds with CUDA only).
 // They take device pointers of the current device and run on its compute stream
-// (tensor/cuda.h); a kernel returning a value (sum, all_finite) waits for that stream.
+// (tensor/cuda.h); a kernel returning a value (sum, all_finite) waits for that stream, the
+// reduce_into.h ones (their result in device memory) do not.
 void register_kernels(Registry& r);
 }  // namespace cuda
 

@@ -104,7 +104,9 @@ struct LRSchedule {
   static Kind parse(const std::string& name);  // "constant" | "cosine"; InputError otherwise
 };
 
-// The global L2 norm of the gradients (parameters without gradients count as zero).
+// The global L2 norm of the gradients (parameters without gradients count as zero): each
+// gradient's sum of squares into a device slot, one read-back, added in parameter order
+// (kernels::sum_of_squares).
 double grad_norm(const NamedParams& params);
 // Scales every gradient by min(1, max_norm / (norm + 1e-6)) when norm > max_norm, as
 // torch.nn.utils.clip_grad_norm_. Returns the norm before clipping.

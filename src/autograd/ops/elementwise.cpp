@@ -148,16 +148,22 @@ Tensor sigmoid(const Tensor& x) {
   return activation("sigmoid", x, &Registry::sigmoid_forward, &Registry::sigmoid_backward, true);
 }
 
-// The sum (f64 accumulation in the kernel) as a one-element f32 tensor; the gradient is
-// the upstream value times `factor` everywhere, in x's dtype.
+// The sum (f64 accumulation in the kernel) times `factor` as a one-element f32 tensor on x's
+// device; the gradient is the upstream value times `factor` everywhere, in x's dtype.
 static Tensor reduce_scalar(const char* name, const Tensor& x_in, double factor) {
   Tensor x = float_contiguous(x_in, name, "input");
-  Tensor out = Tensor::full({}, kernel(&Registry::sum, x)(x.data_ptr(), x.numel()) * factor);
+  // The value and the gradient are computed on x's device from device memory (no read-back).
+  Tensor out = Tensor::empty({}, DType::F32, x.device_spec());
+  kernel(&Registry::sum_scaled, x)(out.data_ptr(), x.data_ptr(), factor, x.numel());
   if (autograd::any_requires_grad({&x_in})) {
     Shape shape = x.shape();
     const DType t = x.dtype();
-    record_lambda(name, {&x_in}, {&out}, [shape, factor, t](std::vector<Tensor>& g) {
-      return std::vector<Tensor>{Tensor::full(shape, g[0].item() * factor, t)};
+    const DeviceSpec dev = x.device_spec();
+    record_lambda(name, {&x_in}, {&out}, [shape, factor, t, dev](std::vector<Tensor>& g) {
+      const Tensor g0 = convert(g[0].contiguous(), DType::F32).to(dev);  // a seed made elsewhere moves here
+      Tensor dx = Tensor::empty(shape, t, dev);
+      kernel(&Registry::fill_scaled, dx)(dx.data_ptr(), g0.data_ptr(), factor, dx.numel());
+      return std::vector<Tensor>{dx};
     });
   }
   return out;

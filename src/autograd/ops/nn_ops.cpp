@@ -167,21 +167,28 @@ Tensor cross_entropy(const Tensor& logits_raw, const Tensor& targets_in) {
   if (targets.numel() != N)
     PT_THROW(InputError, "cross_entropy: ", targets.numel(), " targets for ", N, " rows of logits ",
              shape_str(logits.shape()));
-  Tensor losses = Tensor::empty({N}), lse = Tensor::empty({N});
+  const DeviceSpec dev = logits.device_spec();
+  if (!(targets.device_spec() == dev))
+    PT_THROW(InputError, "cross_entropy: the targets are on ", targets.device_spec().str(), ", the logits on ",
+             dev.str(), " (move the targets to the logits' device)");
+  // Everything stays on the logits' device: the mean and the row count are computed there
+  // (crossentropy_mean), so no value is read back per call.
+  Tensor losses = Tensor::empty({N}, DType::F32, dev), lse = Tensor::empty({N}, DType::F32, dev);
   kernel(&Registry::crossentropy_forward, logits)(losses.data<float>(), lse.data<float>(), logits.data_ptr(),
                                                   targets.data<int32_t>(), N, V);
-  int64_t count = 0;
-  const int32_t* t = targets.data<int32_t>();
-  for (int64_t i = 0; i < N; ++i) count += t[i] != k::kIgnoreIndex;
-  const double total = kernel(&Registry::sum, losses)(losses.data<float>(), N);
-  Tensor out = Tensor::full({}, count ? total / static_cast<double>(count) : 0.0);
+  Tensor out = Tensor::empty({}, DType::F32, dev), count = Tensor::empty({}, DType::I64, dev);
+  kernel(&Registry::crossentropy_mean, losses)(out.data<float>(), count.data<int64_t>(), losses.data<float>(),
+                                               targets.data<int32_t>(), N);
   if (autograd::any_requires_grad({&logits_in})) {
     Tensor sl = logits.detach();
     record_lambda("cross_entropy", {&logits_in, &targets_in}, {&out},
-                  [sl, lse, targets, N, V, count](std::vector<Tensor>& g) {
-                    const float scale = count ? static_cast<float>(g[0].item() / static_cast<double>(count)) : 0.0f;
-                    Tensor dl = Tensor::full({N}, scale);
-                    Tensor dlogits = Tensor::empty(sl.shape(), sl.dtype());
+                  [sl, lse, targets, count, N, V](std::vector<Tensor>& g) {
+                    // (a seed made elsewhere is moved here: the scale is computed on this device)
+                    const Tensor g0 = convert(g[0].contiguous(), DType::F32).to(sl.device_spec());
+                    Tensor dl = Tensor::empty({N}, DType::F32, sl.device_spec());
+                    kernel(&Registry::crossentropy_grad_scale, dl)(dl.data<float>(), g0.data<float>(),
+                                                                   count.data<int64_t>(), N);
+                    Tensor dlogits = Tensor::empty(sl.shape(), sl.dtype(), sl.device_spec());
                     kernel(&Registry::crossentropy_backward, dlogits)(dlogits.data_ptr(), dl.data<float>(),
                                                                       sl.data_ptr(), lse.data<float>(),
                                                                       targets.data<int32_t>(), N, V);

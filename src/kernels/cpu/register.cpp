@@ -3,11 +3,14 @@
 // bias, dropout, strided_add, attention, conv, max-pool, sum/sum_squares/all_finite) and
 // the casts. LayerNorm, softmax, log_softmax, cross-entropy, embedding/encoder and the
 // optimizers stay f32 only (the mixed-precision policy): asking them for a half type is a
-// NoKernelError.
+// NoKernelError. register_reduce_into adds the reductions into a buffer (reduce_into.h).
 #include "paratrain/kernels/cpu/half.h"
+#include "paratrain/kernels/cpu/reduce_into.h"
 #include "paratrain/kernels/registry.h"
 
 namespace paratrain::kernels::cpu {
+
+static void register_reduce_into(Registry& r);
 
 void register_kernels(Registry& r) {
   constexpr Device C = Device::CPU;
@@ -105,6 +108,24 @@ void register_kernels(Registry& r) {
   r.cast_to_f32.set(C, DType::BF16, erase<&cpu::bf16_to_f32>);
   r.cast_to_f32.set(C, DType::F16, erase<&cpu::f16_to_f32>);
   r.cast_to_f32.set(C, F, erase<&cpu::copy>);
+  register_reduce_into(r);
+}
+
+// reduce_into.h: f32, and bf16/f16 for the ones over a gradient or an op's input
+void register_reduce_into(Registry& r) {
+  constexpr Device C = Device::CPU;
+  constexpr DType F = DType::F32;
+#define PT_CPU_INTO(name)                                      \
+  r.name.set(C, F, erase<&cpu::name>);                         \
+  r.name.set(C, DType::BF16, erase<&half::name<DType::BF16>>); \
+  r.name.set(C, DType::F16, erase<&half::name<DType::F16>>)
+  PT_CPU_INTO(sum_squares_into);
+  PT_CPU_INTO(nonfinite_into);
+  PT_CPU_INTO(sum_scaled);
+  PT_CPU_INTO(fill_scaled);
+#undef PT_CPU_INTO
+  r.crossentropy_mean.set(C, F, erase<&cpu::crossentropy_mean>);
+  r.crossentropy_grad_scale.set(C, F, erase<&cpu::crossentropy_grad_scale>);
 }
 
 }  // namespace paratrain::kernels::cpu

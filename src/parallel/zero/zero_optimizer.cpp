@@ -13,6 +13,8 @@
 //      rank's block is all-gathered back into every parameter; stage 3: nothing).
 #include "paratrain/parallel/zero.h"
 
+#include "paratrain/kernels/tensor_reduce.h"
+
 #include "parallel/rank_sum.h"
 
 #include <cmath>
@@ -55,8 +57,9 @@ ZeroOptimizer::ZeroOptimizer(GradientShards& shards, optim::Optimizer& opt)
 }
 
 double ZeroOptimizer::grad_norm() {
-  double sq = 0.0;
-  for (const auto& p : pieces_) sq += kernels::kernel(&kernels::Registry::sum_squares, p.grad)(p.grad.data<float>(), p.grad.numel());
+  std::vector<Tensor> grads;
+  for (const auto& p : pieces_) grads.push_back(p.grad);
+  double sq = kernels::sum_of_squares(grads);  // one read-back, not one per piece
   sq = detail::sum_in_rank_order(shards_.process_group().get(), sq);
   return std::sqrt(sq);
 }

@@ -1,0 +1,24 @@
+// Reductions over a list of tensors that a training step reads once (the gradient norm, the
+// loss scaler's inf check), without a host/device sync per tensor: one reduce_into.h kernel
+// per tensor writes its term into device memory (a slot per tensor, one flag per device), then
+// ONE copy per device brings them to the host.
+//
+// Every tensor must be contiguous; undefined and empty tensors are skipped. The kernels run
+// on the current device's compute stream, so a CUDA tensor must be on the current device (as
+// for every kernel call). The values are those of the per-tensor kernels (kernels/cpu/reduce.h):
+// on the CPU, bit for bit what summing the host-returning sum_squares in list order gives.
+// Thread-safety: calls on distinct tensors are safe from any thread.
+#pragma once
+
+#include <vector>
+
+#include "paratrain/tensor/tensor.h"
+
+namespace paratrain::kernels {
+
+// 0.0 + sum_squares(ts[0]) + sum_squares(ts[1]) + ..., added in list order on the host.
+double sum_of_squares(const std::vector<Tensor>& ts);
+// True when no element of any tensor is inf or NaN.
+bool all_finite(const std::vector<Tensor>& ts);
+
+}  // namespace paratrain::kernels

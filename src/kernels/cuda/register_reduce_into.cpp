@@ -1,0 +1,24 @@
+// The CUDA reductions into device memory (kernels/cuda/reduce_into.h) in the dispatch tables
+// for Device::CUDA: the same (dtype) entries as the CPU registers for them (f32, bf16, f16;
+// the cross-entropy mean and its gradient scale f32 only).
+#include "kernels/cuda/reduce_into.h"
+#include "kernels/cuda/register.h"
+
+namespace paratrain::kernels::cuda {
+
+void register_reduce_into_kernels(Registry& r) {
+  constexpr Device G = Device::CUDA;
+#define PT_CUDA_INTO(name)                                \
+  r.name.set(G, DType::F32, &cuda::name<DType::F32>);    \
+  r.name.set(G, DType::BF16, &cuda::name<DType::BF16>);  \
+  r.name.set(G, DType::F16, &cuda::name<DType::F16>)
+  PT_CUDA_INTO(sum_squares_into);
+  PT_CUDA_INTO(nonfinite_into);
+  PT_CUDA_INTO(sum_scaled);
+  PT_CUDA_INTO(fill_scaled);
+#undef PT_CUDA_INTO
+  r.crossentropy_mean.set(G, DType::F32, &cuda::crossentropy_mean);
+  r.crossentropy_grad_scale.set(G, DType::F32, &cuda::crossentropy_grad_scale);
+}
+
+}  // namespace paratrain::kernels::cuda
