@@ -6,18 +6,20 @@
 #include <vector>
 
 #include "paratrain/comm/process_group.h"
+#include "parallel/host_collective.h"
 
 namespace paratrain::parallel::detail {
 
 // Every rank's `v` gathered (as its bits: the groups reduce no f64) and added in rank order
 // 0..n-1, so the result is deterministic and identical on every rank. Collective over pg;
-// `v` itself when pg is null or of one rank.
-inline double sum_in_rank_order(comm::ProcessGroup* pg, double v) {
+// `v` itself when pg is null or of one rank. `staging`: where the group's buffers live
+// (host_collective.h; a GPU for nccl).
+inline double sum_in_rank_order(comm::ProcessGroup* pg, double v, DeviceSpec staging = {}) {
   if (!pg || pg->size() == 1) return v;
   std::vector<int64_t> all(static_cast<size_t>(pg->size()));
   int64_t mine;
   std::memcpy(&mine, &v, sizeof mine);
-  pg->allgather(&mine, all.data(), 1, DType::I64)->wait();
+  allgather_host(*pg, &mine, all.data(), 1, DType::I64, staging);
   double sum = 0.0;
   for (int64_t w : all) {
     double x;

@@ -7,6 +7,7 @@
 
 #include "paratrain/base/error.h"
 #include "paratrain/parallel/ddp.h"
+#include "parallel/host_collective.h"
 
 namespace paratrain::parallel {
 
@@ -34,6 +35,8 @@ void check_same_model(comm::ProcessGroup& pg, const std::vector<std::pair<std::s
                       const std::string& who) {
   const int n = static_cast<int>(params.size());
   const int W = pg.size();
+  // The group's buffers live where the parameters do (a GPU for nccl; host_collective.h).
+  const DeviceSpec staging = n > 0 ? params[0].second.device_spec() : DeviceSpec{};
   std::vector<int64_t> hashes(n);
   uint64_t all = 1469598103934665603ull;
   for (int i = 0; i < n; ++i) {
@@ -43,7 +46,7 @@ void check_same_model(comm::ProcessGroup& pg, const std::vector<std::pair<std::s
   }
   int64_t mine[2] = {n, static_cast<int64_t>(all)};
   std::vector<int64_t> summary(2 * W);
-  pg.allgather(mine, summary.data(), 2, DType::I64)->wait();
+  allgather_host(pg, mine, summary.data(), 2, DType::I64, staging);
   bool same = true;
   int64_t m = n;
   for (int r = 0; r < W; ++r) {
@@ -52,7 +55,7 @@ void check_same_model(comm::ProcessGroup& pg, const std::vector<std::pair<std::s
   }
   if (!same) {
     std::vector<int64_t> per(static_cast<size_t>(m) * W);
-    pg.allgather(hashes.data(), per.data(), static_cast<size_t>(m), DType::I64)->wait();
+    allgather_host(pg, hashes.data(), per.data(), static_cast<size_t>(m), DType::I64, staging);
     int64_t idx = m;
     for (int64_t i = 0; i < m && idx == m; ++i)
       for (int r = 1; r < W; ++r)
@@ -66,7 +69,7 @@ void check_same_model(comm::ProcessGroup& pg, const std::vector<std::pair<std::s
                             : "nothing (it has only " + std::to_string(n) + " parameters)";
     std::strncpy(desc, d.c_str(), sizeof(desc) - 1);
     std::vector<char> descs(256 * W);
-    pg.allgather(desc, descs.data(), 64, DType::I32)->wait();
+    allgather_host(pg, desc, descs.data(), 64, DType::I32, staging);
     std::ostringstream msg;
     msg << who << ": the ranks hold different models; first difference at parameter #" << idx
         << ":";

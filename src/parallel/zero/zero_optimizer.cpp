@@ -13,6 +13,7 @@
 //      rank's block is all-gathered back into every parameter; stage 3: nothing).
 #include "paratrain/parallel/zero.h"
 
+#include "parallel/flat_ops.h"
 #include "parallel/rank_sum.h"
 
 #include <cmath>
@@ -25,6 +26,15 @@
 
 namespace paratrain::parallel {
 
+namespace {
+// Where the shards' memory lives (the group's buffers too: a GPU for nccl).
+DeviceSpec shards_device(const std::vector<ShardPiece>& pieces, const GradientShards& shards) {
+  if (!pieces.empty()) return pieces.front().grad.device_spec();
+  for (const auto& [name, t] : shards.module().named_parameters())
+    if (t.requires_grad()) return t.device_spec();
+  return {};
+}
+}  // namespace
 
 optim::NamedParams zero_pieces(GradientShards& shards) {
   if (shards.zero_stage() == 0)
@@ -55,16 +65,23 @@ ZeroOptimizer::ZeroOptimizer(GradientShards& shards, optim::Optimizer& opt)
 }
 
 double ZeroOptimizer::grad_norm() {
+  // On a GPU each piece's sum of squares is read back (the kernel waits for the stream).
   double sq = 0.0;
-  for (const auto& p : pieces_) sq += kernels::kernel(&kernels::Registry::sum_squares, p.grad)(p.grad.data<float>(), p.grad.numel());
-  sq = detail::sum_in_rank_order(shards_.process_group().get(), sq);
+  for (const auto& p : pieces_) {
+    const detail::OnDeviceOf on(p.grad);
+    sq += kernels::kernel(&kernels::Registry::sum_squares, p.grad)(p.grad.data<float>(), p.grad.numel());
+  }
+  sq = detail::sum_in_rank_order(shards_.process_group().get(), sq, shards_device(pieces_, shards_));
   return std::sqrt(sq);
 }
 
 void ZeroOptimizer::clip_grad_norm(double max_norm, double norm) {
   if (max_norm <= 0.0 || norm <= max_norm) return;
   const float coef = static_cast<float>(max_norm / (norm + 1e-6));  // as optim::clip_grad_norm
-  for (const auto& p : pieces_) kernels::kernel(&kernels::Registry::scale, p.grad)(p.grad.data<float>(), p.grad.data<float>(), coef, p.grad.numel());
+  for (const auto& p : pieces_) {
+    const detail::OnDeviceOf on(p.grad);
+    kernels::kernel(&kernels::Registry::scale, p.grad)(p.grad.data<float>(), p.grad.data<float>(), coef, p.grad.numel());
+  }
 }
 
 void ZeroOptimizer::step() {
