@@ -175,7 +175,9 @@ TEST_P(ZeroGpu, ShardsHoldTheCpuGradientAndTheNorm) {
       expect_close(piece.grad.to_vector(), half, piece.name + " clipped");
     }
   }
-  if (GetParam() == 2) EXPECT_EQ(ddp.gradient_bytes(), m.num_parameters() * 4);  // only the shard is held
+  if (GetParam() == 2) {
+    EXPECT_EQ(ddp.gradient_bytes(), m.num_parameters() * 4);  // only the shard is held
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroGpu, ::testing::Values(1, 2));
