@@ -11,7 +11,7 @@ namespace paratrain::parallel::detail {
 
 // Every rank's `v` gathered (as its bits: the groups reduce no f64) and added in rank order
 // 0..n-1, so the result is deterministic and identical on every rank. Collective over pg;
-// `v` itself when pg is null or of one rank.
+// `v` itself when pg is null or of one rank. Host buffers, also over nccl (it stages them).
 inline double sum_in_rank_order(comm::ProcessGroup* pg, double v) {
   if (!pg || pg->size() == 1) return v;
   std::vector<int64_t> all(static_cast<size_t>(pg->size()));

@@ -42,6 +42,11 @@ class Work {
   // the wait itself (TimeoutError naming the operation); zero waits for the operation's own
   // deadline, which every operation has.
   void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  // Orders later work on the compute stream of the call's GPU after this call without blocking
+  // the host, where the backend can (nccl: NcclWork::stream_wait()); every other backend's
+  // buffers are host memory and this is wait(timeout). A failure that happens after it
+  // returned shows at a later wait() or error() (and fails the group's later calls).
+  virtual void wait_on_device(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) { wait(timeout); }
   // The failure, or nullptr (also nullptr while running).
   std::exception_ptr error() const;
   // The failure's message, or "".

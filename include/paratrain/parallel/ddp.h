@@ -51,6 +51,10 @@
 // A null group (or a group of one) communicates nothing; the gradient arithmetic is the
 // same, which is how one process reproduces a data-parallel run bit for bit.
 //
+// Devices: the parameters may be on the CPU or on one GPU (cuda:N, with the nccl group); the
+// buffers live with them and the steps above run as kernels on that GPU's compute stream
+// (docs/ddp.md, "Parameters on a GPU"). Not on a GPU yet: gradient compression (InputError).
+//
 // Thread-safety: one thread drives a DDP object (its backward passes and calls). Lifetime:
 // the module must outlive it; the hooks it registers become no-ops when it is destroyed.
 // Every wait has a deadline (DdpOptions::timeout_s, else the group's per-call deadline).
@@ -97,7 +101,8 @@ struct DdpStepStats {
 class DistributedDataParallel : public GradientShards {
  public:
   // Collective over `pg` (may be null: one process). Throws InputError on a parameter
-  // mismatch across ranks or a non-f32 parameter.
+  // mismatch across ranks, a non-f32 parameter, parameters on more than one device, GPU
+  // parameters with a group that is not nccl (or the other way round) or with compression.
   DistributedDataParallel(nn::Module& module, std::shared_ptr<comm::ProcessGroup> pg, DdpOptions options = {});
   ~DistributedDataParallel() override;
   DistributedDataParallel(const DistributedDataParallel&) = delete;

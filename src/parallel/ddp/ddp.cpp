@@ -16,6 +16,20 @@
 // .grad, stage 2 frees the full buffers (zero_grad() takes them again). allgather_parameters()
 // packs the rank's updated block of the parameters, all-gathers it bucket by bucket (two in
 // flight) and copies every block back into the parameters.
+//
+// Devices: every bucket, accumulator, shard and staging buffer is allocated on the
+// parameters' device (all on one; the constructor checks). On the CPU the arithmetic is the
+// host loops of flat_ops.h and the copies are contiguous copy_() (a memmove), the same bits as
+// ever. On a GPU (with a group on it: nccl) the same steps run as kernels and copies on the
+// compute stream, and a collective's result is waited for with Work::wait_on_device(): the
+// compute stream waits for the comm stream on the GPU, the host goes on. No buffer needs
+// cuda::record_stream: the group orders its comm stream after the compute stream at each
+// call, and every buffer the comm stream used is freed (ZeRO-2's full buckets, the all-gather
+// staging) or written again (zero_grad()) only after the compute stream was made to wait for
+// that call (or the host waited for it), so the compute stream's reuse of a block is ordered
+// after the collective. A failure that shows only after wait_on_device() returned is thrown by
+// the next zero_grad() (check_device_waited) or, the group being broken, by its next call.
+// Not on a GPU yet (InputError at construction): gradient compression (host quantizers).
 #include "paratrain/parallel/ddp.h"
 
 #include <algorithm>
@@ -35,6 +49,7 @@ namespace paratrain::parallel {
 using detail::move_add;
 using detail::scale;
 using detail::wait_work;
+using detail::wait_work_on;
 
 using detail::Clock;
 using detail::ms_between;
@@ -76,8 +91,23 @@ struct DistributedDataParallel::Impl {
   Clock::time_point first_launch;
   DdpStepStats stats;
   std::unique_ptr<GradCompressor> compressor;  // --compress (communicating groups only)
+  DeviceSpec device;  // the parameters' (all on one); the buffers are allocated there
+  std::vector<comm::WorkPtr> device_waited;  // GPU: results waited for on the stream only
 
   bool communicates() const { return pg && world > 1; }
+  bool on_gpu() const { return device.kind == Device::CUDA; }
+  // A collective's result is next read on the compute stream (header comment, "Devices").
+  void wait_result(const comm::WorkPtr& w) {
+    wait_work_on(w, opts.timeout_s, on_gpu());
+    if (w && on_gpu()) device_waited.push_back(w);
+  }
+  // Throws the failure of a call waited for only on the GPU in the last step, if it failed.
+  void check_device_waited() {
+    std::vector<comm::WorkPtr> ws;
+    ws.swap(device_waited);
+    for (const auto& w : ws)
+      if (std::exception_ptr e = w->error()) std::rethrow_exception(e);
+  }
 
   void build_buckets(const std::vector<int>& order) {
     buckets.clear();
@@ -103,10 +133,10 @@ struct DistributedDataParallel::Impl {
       if (opts.zero_stage > 0) {  // W equal blocks, the last rank's padded with zeros
         bk.shard_len = (total + world - 1) / world;
         total = bk.shard_len * world;
-        bk.shard = Tensor::zeros({bk.shard_len});
+        bk.shard = Tensor::zeros({bk.shard_len}, DType::F32, device);
       }
-      bk.flat = Tensor::zeros({total});
-      if (opts.deterministic) bk.accum = Tensor::zeros({total});
+      bk.flat = Tensor::zeros({total}, DType::F32, device);
+      if (opts.deterministic) bk.accum = Tensor::zeros({total}, DType::F32, device);
       int64_t off = 0;
       for (int i : bk.params) {
         Param& p = params[i];
@@ -186,7 +216,7 @@ struct DistributedDataParallel::Impl {
       grad = p.view;
     }
     if (opts.deterministic) {
-      move_add(p.accum_view.data<float>(), p.view.data<float>(), p.view.numel());
+      move_add(p.accum_view, p.view);
       p.passes++;
     }
     if (no_sync) return;
@@ -200,8 +230,8 @@ struct DistributedDataParallel::Impl {
   // ZeRO-2: takes a released bucket's buffers again (the caching allocator hands back the
   // same blocks) and points the parameters' views at them; zero_grad() zeroes them.
   void reacquire(Bucket& bk) {
-    bk.flat = Tensor::empty({bk.shard_len * world});
-    if (opts.deterministic) bk.accum = Tensor::empty({bk.shard_len * world});
+    bk.flat = Tensor::empty({bk.shard_len * world}, DType::F32, device);
+    if (opts.deterministic) bk.accum = Tensor::empty({bk.shard_len * world}, DType::F32, device);
     for (int i : bk.params) {
       Param& p = params[i];
       p.view = bk.flat.narrow(0, p.offset, p.param.numel()).view(p.param.shape());
@@ -215,11 +245,10 @@ struct DistributedDataParallel::Impl {
   int64_t finish_shards(float factor) {
     int64_t bytes = 0;
     for (auto& b : buckets) {
-      wait_work(b.work, opts.timeout_s);
+      wait_result(b.work);
       const Tensor& buf = opts.deterministic ? b.accum : b.flat;
-      if (!communicates())
-        std::memcpy(b.shard.data_ptr(), buf.data<float>() + rank * b.shard_len, b.shard.nbytes());
-      if (opts.deterministic || world > 1) scale(b.shard.data<float>(), b.shard_len, factor);
+      if (!communicates()) b.shard.copy_(buf.narrow(0, rank * b.shard_len, b.shard_len));
+      if (opts.deterministic || world > 1) scale(b.shard, factor);
       bytes += static_cast<int64_t>(buf.nbytes());
       for (int i : b.params) params[i].param.set_grad(Tensor());
       if (opts.zero_stage == 2) {
@@ -252,7 +281,7 @@ struct DistributedDataParallel::Impl {
       for (int i : b.params)
         if (!seen[i]) order.push_back(i), seen[i] = true;
     if (communicates()) {
-      pg->broadcast(order.data(), order.size(), DType::I64, 0)->wait();
+      pg->broadcast(order.data(), order.size(), DType::I64, 0)->wait();  // host memory: nccl stages it
       std::vector<bool> got(n, false);
       for (int64_t i : order) {
         PT_CHECK(i >= 0 && i < n && !got[i], "rank 0's bucket order is not a permutation");
@@ -282,6 +311,25 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared
                "deterministic (rank-ordered) option");
   }
   validate_compress(options.compress);
+  // ---- the parameters' device: one for all, and a group whose buffers live there ----
+  std::string first_name;
+  for (auto& [name, t] : module.named_parameters()) {
+    if (!t.requires_grad()) continue;
+    if (first_name.empty()) {
+      first_name = name, im.device = t.device_spec();
+    } else if (t.device_spec() != im.device) {
+      PT_THROW(InputError, "DistributedDataParallel: the parameters are on more than one device: ", first_name,
+               " is on ", im.device.str(), ", ", name, " on ", t.device_spec().str(),
+               " (move the whole model to one device first)");
+    }
+  }
+  if (im.on_gpu() && options.compress.kind != CompressKind::None)
+    PT_THROW(InputError, "DistributedDataParallel: gradient compression is not available for parameters on ",
+             im.device.str(), " yet (use --compress none)");
+  if (im.communicates() && (im.pg->backend_name() == "nccl") != im.on_gpu())
+    PT_THROW(InputError, "DistributedDataParallel: the parameters are on ", im.device.str(), " but the process group is ",
+             im.pg->backend_name(), im.on_gpu() ? " (GPU parameters need --backend nccl)"
+                                                : " (backend nccl needs the parameters on the group's GPU)");
   if (options.deterministic && options.compress.kind != CompressKind::None)
     PT_THROW(InputError, "--compress ", compress_name(options.compress.kind),
              " cannot be combined with --deterministic (compressed gradients are not bit-identical to one process)");
@@ -360,6 +408,7 @@ void DistributedDataParallel::zero_grad() {
     im.rebuild_pending = false;
     im.rebuilt = true;
   }
+  im.check_device_waited();
   im.reset_step_state();
   for (auto& b : im.buckets) {
     if (!b.flat.defined()) im.reacquire(b);  // ZeRO-2 released it at finish()
@@ -427,10 +476,10 @@ void DistributedDataParallel::finish() {
     for (auto& b : im.buckets) {
       if (sharded) break;
       if (im.compressor) break;
-      wait_work(b.work, im.opts.timeout_s);
+      im.wait_result(b.work);
       Tensor& buf = im.opts.deterministic ? b.accum : b.flat;
-      if (im.opts.deterministic) scale(buf.data<float>(), buf.numel(), factor);  // else averaged in the all-reduce
-      if (im.opts.deterministic) std::memcpy(b.flat.data_ptr(), b.accum.data_ptr(), b.flat.nbytes());
+      if (im.opts.deterministic) scale(buf, factor);  // else averaged in the all-reduce
+      if (im.opts.deterministic) b.flat.copy_(b.accum);
       bytes += static_cast<int64_t>(buf.nbytes());
       bytes_f32 += static_cast<int64_t>(buf.nbytes());
     }
@@ -485,23 +534,21 @@ void DistributedDataParallel::allgather_parameters() {
   };
   std::vector<InFlight> q;
   auto unpack = [&](InFlight& f) {
-    wait_work(f.work, im.opts.timeout_s);
-    const float* all = f.all.data<float>();
+    im.wait_result(f.work);
     for (int i : im.buckets[f.bucket].params) {
       auto& p = im.params[i];
-      std::memcpy(p.param.data_ptr(), all + p.offset, p.param.nbytes());
+      p.param.view({-1}).copy_(f.all.narrow(0, p.offset, p.param.numel()));
     }
   };
   try {
     for (int bi = 0; bi < static_cast<int>(im.buckets.size()); ++bi) {
       const auto& b = im.buckets[bi];
-      InFlight f{bi, Tensor::zeros({b.shard_len}), Tensor::empty({b.shard_len * im.world}), nullptr};
-      float* send = f.send.data<float>();
+      InFlight f{bi, Tensor::zeros({b.shard_len}, DType::F32, im.device),
+                 Tensor::empty({b.shard_len * im.world}, DType::F32, im.device), nullptr};
       for (int i : b.params) {
         const auto& p = im.params[i];
         const auto own = detail::owned_range(p.offset, p.param.numel(), im.rank, b.shard_len);
-        if (own.count > 0)
-          std::memcpy(send + own.at, p.param.data<float>() + own.begin, static_cast<size_t>(own.count) * 4);
+        if (own.count > 0) f.send.narrow(0, own.at, own.count).copy_(p.param.view({-1}).narrow(0, own.begin, own.count));
       }
       f.work = im.pg->allgather(f.send.data_ptr(), f.all.data_ptr(), static_cast<size_t>(b.shard_len), DType::F32);
       q.push_back(std::move(f));

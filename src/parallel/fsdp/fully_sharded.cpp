@@ -370,6 +370,9 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Module& root, const std::
   for (auto& [name, t] : root.named_parameters()) {
     if (!t.requires_grad())
       PT_THROW(InputError, "FullyShardedDataParallel: parameter ", name, " does not require a gradient; only trainable parameters can be sharded");
+    if (t.is_cuda())
+      PT_THROW(InputError, "FullyShardedDataParallel: parameter ", name, " is on ", t.device_spec().str(),
+               "; ZeRO stage 3 is not available for parameters on a GPU yet (use --zero 0, 1 or 2)");
     if (t.dtype() != DType::F32)
       PT_THROW(InputError, "FullyShardedDataParallel: parameter ", name, " is ", dtype_name(t.dtype()), "; shards hold f32 parameters only");
     if (!t.is_contiguous() || t.data_ptr() != t.storage()->data() || t.storage()->nbytes() != t.nbytes())

@@ -14,7 +14,7 @@
 #include "paratrain/parallel/zero.h"
 
 #include "paratrain/kernels/tensor_reduce.h"
-
+#include "parallel/flat_ops.h"
 #include "parallel/rank_sum.h"
 
 #include <cmath>
@@ -26,7 +26,6 @@
 #include "paratrain/kernels/registry.h"
 
 namespace paratrain::parallel {
-
 
 optim::NamedParams zero_pieces(GradientShards& shards) {
   if (shards.zero_stage() == 0)
@@ -67,7 +66,10 @@ double ZeroOptimizer::grad_norm() {
 void ZeroOptimizer::clip_grad_norm(double max_norm, double norm) {
   if (max_norm <= 0.0 || norm <= max_norm) return;
   const float coef = static_cast<float>(max_norm / (norm + 1e-6));  // as optim::clip_grad_norm
-  for (const auto& p : pieces_) kernels::kernel(&kernels::Registry::scale, p.grad)(p.grad.data<float>(), p.grad.data<float>(), coef, p.grad.numel());
+  for (const auto& p : pieces_) {
+    const detail::OnDeviceOf on(p.grad);
+    kernels::kernel(&kernels::Registry::scale, p.grad)(p.grad.data<float>(), p.grad.data<float>(), coef, p.grad.numel());
+  }
 }
 
 void ZeroOptimizer::step() {

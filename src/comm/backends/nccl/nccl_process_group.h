@@ -100,6 +100,8 @@ class NcclWork : public Work {
   // aborts the communicator (its kernels end, so the stream goes on, with unusable data):
   // it shows at wait() or error().
   void stream_wait(cuda::Stream stream = nullptr);
+  // Work::wait_on_device: stream_wait() on the compute stream (the watchdog keeps the deadline).
+  void wait_on_device(std::chrono::milliseconds) override { stream_wait(); }
   // The group's device (the buffers').
   int device() const { return device_; }
   // True once the NCCL call was enqueued on the comm stream (its event recorded).

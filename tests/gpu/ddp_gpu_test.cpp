@@ -1,0 +1,232 @@
+// DistributedDataParallel and ZeRO 1/2 with the parameters on cuda:0 over a one-rank nccl
+// group (docs/ddp.md): buckets, accumulators and shards on the GPU, several small buckets,
+// a no_sync micro-step, gradients checked against the same model on the CPU without DDP;
+// and the features that do not run on a GPU yet refuse with an InputError.
+// A one-rank group communicates nothing, so these check the device side of the reducer (its
+// buffers, kernels and copies); the collectives themselves are tests/gpu/nccl_process_group_test.
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test_util.h"
+#include "paratrain/autograd/engine.h"
+#include "paratrain/autograd/ops.h"
+#include "paratrain/comm/process_group.h"
+#include "paratrain/comm/store.h"
+#include "paratrain/nn/module.h"
+#include "paratrain/parallel/ddp.h"
+#include "paratrain/parallel/fsdp.h"
+#include "paratrain/parallel/zero.h"
+#include "paratrain/tensor/random.h"
+
+namespace paratrain::parallel {
+namespace {
+
+// Two linear layers with tanh between, parameters on `dev`, the same values for every `dev`
+// (drawn on the CPU from a fixed seed). Claims forward-wrapper support only so that the FSDP
+// test below reaches FSDP's parameter checks.
+class Mlp : public nn::Module {
+ public:
+  explicit Mlp(DeviceSpec dev) {
+    Generator gen(7);
+    auto param = [&](const std::string& name, Shape shape) {
+      Tensor t = Tensor::empty(shape);
+      fill_uniform(t, gen, -0.5f, 0.5f);
+      return register_parameter(name, t.to(dev));
+    };
+    w1 = param("fc1.weight", {kIn, kHidden});
+    b1 = param("fc1.bias", {kHidden});
+    w2 = param("fc2.weight", {kHidden, kOut});
+    b2 = param("fc2.bias", {kOut});
+  }
+  // mean((tanh(x W1 + b1) W2 + b2) * c): a scalar whose gradient reaches every parameter.
+  Tensor loss(const Tensor& x, const Tensor& c) const {
+    Tensor h = ops::tanh(ops::linear(x, w1, b1, true));
+    return ops::mean(ops::mul(ops::linear(h, w2, b2, true), c));
+  }
+  bool supports_forward_wrappers() const override { return true; }
+
+  static constexpr int64_t kIn = 16, kHidden = 24, kOut = 8, kRows = 4;
+  Tensor w1, b1, w2, b2;
+};
+
+// Micro-batch k's input rows and output weights, on `dev`.
+std::pair<Tensor, Tensor> batch(int k, DeviceSpec dev) {
+  Generator gen(100 + static_cast<uint64_t>(k));
+  Tensor x = Tensor::empty({Mlp::kRows, Mlp::kIn}), c = Tensor::empty({Mlp::kRows, Mlp::kOut});
+  fill_uniform(x, gen, -1.0f, 1.0f);
+  fill_uniform(c, gen, -1.0f, 1.0f);
+  return {x.to(dev), c.to(dev)};
+}
+
+const DeviceSpec kCpu{Device::CPU, -1};
+const DeviceSpec kGpu{Device::CUDA, 0};
+
+std::shared_ptr<comm::ProcessGroup> one_rank_nccl() {
+  comm::ProcessGroupOptions o;
+  o.backend = "nccl";
+  o.timeout_s = 60;
+  return comm::create_process_group(std::make_shared<comm::HashStore>(), 0, 1, o);
+}
+
+// The reference: `micro` micro-batches on the CPU model, no DDP, seed 1/micro each; returns
+// each parameter's gradient by name.
+std::map<std::string, std::vector<float>> cpu_gradients(int micro) {
+  Mlp m(kCpu);
+  Tensor seed = Tensor::full({}, 1.0f / static_cast<float>(micro));
+  for (int k = 0; k < micro; ++k) {
+    auto [x, c] = batch(k, kCpu);
+    autograd::backward(m.loss(x, c), seed);
+  }
+  std::map<std::string, std::vector<float>> out;
+  for (auto& [name, t] : m.named_parameters()) out[name] = t.grad().to_vector();
+  return out;
+}
+
+// One DDP step on the GPU model: micro-batches 0..micro-1, all but the last under no_sync.
+void gpu_step(Mlp& m, DistributedDataParallel& ddp, int micro) {
+  Tensor seed = Tensor::full({}, ddp.backward_seed(micro)).to(kGpu);
+  ddp.zero_grad();
+  for (int k = 0; k < micro; ++k) {
+    std::optional<NoSync> ns;
+    if (k + 1 < micro) ns.emplace(ddp.no_sync());
+    auto [x, c] = batch(k, kGpu);
+    autograd::backward(m.loss(x, c), seed);
+  }
+  ddp.finish();
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::fabs(want[i])) << what << " element " << i;
+}
+
+DdpOptions small_buckets() {
+  DdpOptions o;
+  o.first_bucket_bytes = 64;  // fc2.bias alone
+  o.bucket_bytes = 800;       // fc2.weight (768 bytes), then fc1.bias, then fc1.weight
+  return o;
+}
+
+class DdpGpu : public ::testing::TestWithParam<bool> {};  // deterministic mode or not
+
+TEST_P(DdpGpu, GradientsInSeveralBucketsMatchTheCpu) {
+  PT_REQUIRE_GPU();
+  Mlp m(kGpu);
+  DdpOptions o = small_buckets();
+  o.deterministic = GetParam();
+  DistributedDataParallel ddp(m, one_rank_nccl(), o);
+  ASSERT_GE(ddp.bucket_names().size(), 3u);
+  const auto want = cpu_gradients(2);
+  for (int step = 0; step < 2; ++step) {  // the second step reuses the zeroed buckets
+    gpu_step(m, ddp, 2);
+    for (auto& [name, t] : m.named_parameters()) {
+      ASSERT_TRUE(t.grad().is_cuda()) << name;
+      expect_close(t.grad().to_vector(), want.at(name), name + " step " + std::to_string(step));
+    }
+  }
+  // One micro-step per step: no no_sync pass.
+  gpu_step(m, ddp, 1);
+  const auto want1 = cpu_gradients(1);
+  for (auto& [name, t] : m.named_parameters()) expect_close(t.grad().to_vector(), want1.at(name), name + " (1 micro)");
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, DdpGpu, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Deterministic" : "Default"; });
+
+class ZeroGpu : public ::testing::TestWithParam<int> {};  // zero stage
+
+TEST_P(ZeroGpu, ShardsHoldTheCpuGradientAndTheNorm) {
+  PT_REQUIRE_GPU();
+  Mlp m(kGpu);
+  DdpOptions o = small_buckets();
+  o.zero_stage = GetParam();
+  DistributedDataParallel ddp(m, one_rank_nccl(), o);
+  optim::SGDOptions so;
+  so.lr = 0.1;
+  optim::SGD sgd(zero_pieces(ddp), so);
+  ZeroOptimizer zero(ddp, sgd);
+  const auto want = cpu_gradients(2);
+  double want_sq = 0;
+  for (const auto& [name, g] : want)
+    for (float v : g) want_sq += static_cast<double>(v) * v;
+  for (int step = 0; step < 2; ++step) {  // stage 2 frees the buckets at finish(), zero_grad() takes them again
+    gpu_step(m, ddp, 2);
+    int64_t covered = 0;
+    for (const auto& piece : ddp.shard_pieces()) {
+      ASSERT_TRUE(piece.grad.is_cuda()) << piece.name;
+      const auto& full = want.at(piece.name);
+      const std::vector<float> part(full.begin() + piece.begin, full.begin() + piece.begin + piece.grad.numel());
+      expect_close(piece.grad.to_vector(), part, piece.name + " step " + std::to_string(step));
+      covered += piece.grad.numel();
+    }
+    EXPECT_EQ(covered, m.num_parameters());  // one rank owns everything
+    const double norm = zero.grad_norm();
+    EXPECT_NEAR(norm, std::sqrt(want_sq), 1e-4 * std::sqrt(want_sq));
+    zero.clip_grad_norm(0.5 * norm, norm);  // halves the shard
+    for (const auto& piece : ddp.shard_pieces()) {
+      const auto& full = want.at(piece.name);
+      std::vector<float> half(full.begin() + piece.begin, full.begin() + piece.begin + piece.grad.numel());
+      for (float& v : half) v *= static_cast<float>(0.5 * norm / (norm + 1e-6));
+      expect_close(piece.grad.to_vector(), half, piece.name + " clipped");
+    }
+  }
+  if (GetParam() == 2) {
+    EXPECT_EQ(ddp.gradient_bytes(), m.num_parameters() * 4);  // only the shard is held
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroGpu, ::testing::Values(1, 2));
+
+TEST(DdpGpuRefuses, ParametersOnTwoDevices) {
+  PT_REQUIRE_GPU();
+  Mlp m(kGpu), mixed(kCpu);
+  class Two : public nn::Module {
+   public:
+    Two(const Tensor& a, const Tensor& b) {
+      register_parameter("gpu", a);
+      register_parameter("cpu", b);
+    }
+  } two(m.w1, mixed.b2);
+  try {
+    DistributedDataParallel ddp(two, one_rank_nccl());
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("gpu is on cuda:0"), std::string::npos) << what;
+    EXPECT_NE(what.find("cpu on cpu"), std::string::npos) << what;
+  }
+}
+
+TEST(DdpGpuRefuses, GradientCompression) {
+  PT_REQUIRE_GPU();
+  Mlp m(kGpu);
+  DdpOptions o;
+  o.compress.kind = CompressKind::BF16;
+  try {
+    DistributedDataParallel ddp(m, one_rank_nccl(), o);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("gradient compression is not available for parameters on cuda:0"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(DdpGpuRefuses, ZeroStageThree) {
+  PT_REQUIRE_GPU();
+  Mlp m(kGpu);
+  try {
+    FullyShardedDataParallel fsdp(m, {}, one_rank_nccl());
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("not available for parameters on a GPU"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace paratrain::parallel
