@@ -1,0 +1,227 @@
+// Training a GPT on one GPU through the autograd ops, the nn layers and AdamW: two copies of
+// a gpt-nano-sized model built from one seed, one moved to cuda:0 with Module::to, run
+// forward + loss, backward and AdamW steps side by side; the loss, every gradient and every
+// updated parameter of the GPU copy are compared against the CPU copy, and every gradient and
+// optimizer state tensor must be on cuda:0.
+//
+// Tolerances (f32), per element, M = max |want| over the tensor:
+//   loss:       |got - want| <= 1e-4 |want|
+//   gradients:  |got - want| <= 1e-4 |want| + 1e-5 M
+//   parameters: |got - want| <= 1e-5 |want| + 5e-6   (5e-6: 0.5% of an update's largest size, lr)
+// Everything is f32 on both sides (the GPU's GEMMs use exact f32 compute, no TF32), so the
+// copies differ only by summation order: cuBLASLt's and oneDNN's blocking of the K sums,
+// attention's tiles, LayerNorm's and the embedding backward's f32 atomics. Each such sum
+// differs by a few ulps (2^-23 ~ 1.2e-7) of the magnitudes summed, which scale with the
+// tensor's largest values rather than with the element: hence the M term, and 1e-4 relative
+// leaves a factor of ~100 over sums of a few hundred terms and two steps of drift.
+// The optimizer uses eps = 1e-3 (not torch's 1e-8) so that AdamW's update is a Lipschitz
+// function of the gradient (slope <= lr / eps = 1): with eps = 1e-8, a gradient within
+// rounding of zero may change sign between two correct summation orders and flip its
+// parameter's update by 2 lr; with 1e-3 an update is off by at most the gradient's error,
+// a few ulps of the largest gradient (~1e-6 for gradients up to 1).
+//
+// bf16 autocast: the GEMMs and attention run in bf16 on both sides, each product rounded to
+// bf16 (2^-8 relative) after f32 accumulation, so a different summation order flips
+// roundings; the comparison is per tensor, ||got - want|| <= 3e-2 ||want|| (L2), and the loss
+// within 1e-2 relative.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test_util.h"
+#include "paratrain/autograd/autocast.h"
+#include "paratrain/autograd/engine.h"
+#include "paratrain/autograd/ops.h"
+#include "paratrain/kernels/dispatch.h"
+#include "paratrain/nn/generate.h"
+#include "paratrain/nn/gpt.h"
+#include "paratrain/optim/optimizer.h"
+
+namespace paratrain {
+namespace {
+
+const DeviceSpec kGpu0{Device::CUDA, 0};
+
+nn::GPTConfig test_config() {
+  nn::GPTConfig cfg = nn::GPTConfig::preset("gpt-nano");  // 2 layers, 2 heads, C 64, T 64, V 256
+  cfg.dropout = 0.1f;  // the masks come from the models' generators, seeded alike
+  return cfg;
+}
+
+// (B,T) token ids and their next-token targets, fixed seed.
+std::pair<Tensor, Tensor> batch(const nn::GPTConfig& cfg, int64_t B, int64_t T) {
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(cfg.vocab_size) - 1);
+  std::vector<int32_t> x(static_cast<size_t>(B * T)), y(x.size());
+  for (auto& v : x) v = id(rng);
+  for (auto& v : y) v = id(rng);
+  return {Tensor::from_vector_i32(x, {B, T}), Tensor::from_vector_i32(y, {B, T})};
+}
+
+bool on_gpu0(const Tensor& t) { return t.defined() && t.is_cuda() && t.device_index() == 0; }
+
+// Per-element check with the tolerance of the header; reports the worst element.
+void expect_close(const std::string& what, const Tensor& got_t, const Tensor& want_t, double rtol, double atol_frac,
+                  double atol) {
+  ASSERT_EQ(got_t.shape(), want_t.shape()) << what;
+  const std::vector<float> got = got_t.to_vector(), want = want_t.to_vector();
+  double m = 0;
+  for (float w : want) m = std::max(m, std::fabs(static_cast<double>(w)));
+  size_t bad = 0, worst = 0;
+  double worst_excess = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    const double tol = rtol * std::fabs(static_cast<double>(want[i])) + atol_frac * m + atol;
+    if (!(d <= tol)) ++bad;
+    if (!(d - tol <= worst_excess)) worst_excess = d - tol, worst = i;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements off (max |want| " << m
+                     << "); worst at " << worst << ": got " << got[worst] << ", want " << want[worst];
+}
+
+// ||got - want|| <= rel ||want||, L2 over the tensor.
+void expect_close_l2(const std::string& what, const Tensor& got_t, const Tensor& want_t, double rel) {
+  ASSERT_EQ(got_t.shape(), want_t.shape()) << what;
+  const std::vector<float> got = got_t.to_vector(), want = want_t.to_vector();
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    diff += d * d;
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  EXPECT_LE(std::sqrt(diff), rel * std::sqrt(norm)) << what << ": ||got - want|| " << std::sqrt(diff)
+                                                    << ", ||want|| " << std::sqrt(norm);
+}
+
+TEST(TrainOnGpu, GptF32ForwardBackwardAndAdamWMatchTheCpu) {
+  PT_REQUIRE_GPU();
+  const nn::GPTConfig cfg = test_config();
+  nn::GPT cpu_model(cfg, 7), gpu_model(cfg, 7);
+  gpu_model.load_state_dict(cpu_model.state_dict());  // the same values, whatever the init does
+  const auto before = gpu_model.named_parameters();
+  gpu_model.to(kGpu0);
+  const auto cpu_params = cpu_model.named_parameters(), gpu_params = gpu_model.named_parameters();
+  ASSERT_EQ(gpu_params.size(), cpu_params.size());
+  for (size_t i = 0; i < gpu_params.size(); ++i) {
+    ASSERT_TRUE(on_gpu0(gpu_params[i].second)) << gpu_params[i].first << " " << gpu_params[i].second.to_string();
+    EXPECT_TRUE(gpu_params[i].second.shares_storage(before[i].second)) << gpu_params[i].first;  // same tensor
+    EXPECT_TRUE(gpu_params[i].second.requires_grad()) << gpu_params[i].first;
+    EXPECT_EQ(gpu_params[i].second.to_vector(), cpu_params[i].second.to_vector()) << gpu_params[i].first;
+  }
+  EXPECT_TRUE(on_gpu0(gpu_model.wte->weight));  // the layers' own handles moved too
+  EXPECT_TRUE(on_gpu0(gpu_model.h[1]->mlp->c_fc->weight));
+
+  auto [tokens, targets] = batch(cfg, 2, 32);
+  const Tensor gpu_tokens = tokens.to(kGpu0), gpu_targets = targets.to(kGpu0);
+
+  // Inputs left on the host are refused with the op and both devices named.
+  try {
+    gpu_model.loss(tokens, targets);
+    ADD_FAILURE() << "a model on cuda:0 accepted tokens on the cpu";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("is on cuda:0 but tokens is on cpu"), std::string::npos) << e.what();
+  }
+
+  optim::AdamWOptions opts;
+  opts.lr = 1e-3;
+  opts.eps = 1e-3;  // see the header
+  opts.weight_decay = 0.1;
+  optim::AdamW cpu_opt(cpu_params, opts), gpu_opt(gpu_params, opts);
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    cpu_model.zero_grad();
+    gpu_model.zero_grad();
+    Tensor cpu_loss = cpu_model.loss(tokens, targets);
+    Tensor gpu_loss = gpu_model.loss(gpu_tokens, gpu_targets);
+    const double want = cpu_loss.item(), got = gpu_loss.item();
+    EXPECT_NEAR(got, want, 1e-4 * std::fabs(want));
+    autograd::backward(cpu_loss);
+    autograd::backward(gpu_loss);
+    for (size_t i = 0; i < gpu_params.size(); ++i) {
+      const Tensor g = gpu_params[i].second.grad();
+      ASSERT_TRUE(on_gpu0(g)) << gpu_params[i].first << " grad " << (g.defined() ? g.to_string() : "undefined");
+      EXPECT_EQ(g.dtype(), DType::F32);
+      expect_close(gpu_params[i].first + " grad", g, cpu_params[i].second.grad(), 1e-4, 1e-5, 0.0);
+    }
+    cpu_opt.step();
+    gpu_opt.step();
+    for (size_t i = 0; i < gpu_params.size(); ++i) {
+      ASSERT_TRUE(on_gpu0(gpu_params[i].second)) << gpu_params[i].first;
+      expect_close(gpu_params[i].first, gpu_params[i].second, cpu_params[i].second, 1e-5, 0.0, 5e-6);
+    }
+  }
+  const auto state = gpu_opt.state_dict();
+  EXPECT_EQ(state.size(), 2 * gpu_params.size());
+  for (const auto& [name, t] : state) EXPECT_TRUE(on_gpu0(t)) << name << " " << t.to_string();
+  const auto cpu_state = cpu_opt.state_dict();
+  for (const auto& [name, t] : state) expect_close(name, t, cpu_state.at(name), 1e-4, 1e-5, 0.0);
+
+  // Generation with the model on the GPU: greedy picks equal the CPU's.
+  nn::GenerateOptions gen;
+  gen.temperature = 0;
+  gen.max_new_tokens = 4;
+  EXPECT_EQ(nn::generate(gpu_model, {1, 2, 3}, gen), nn::generate(cpu_model, {1, 2, 3}, gen));
+}
+
+TEST(TrainOnGpu, OpsRefuseInputsOnTwoDevicesNamingBoth) {
+  PT_REQUIRE_GPU();
+  Tensor x = Tensor::full({4, 8}, 0.5), w = Tensor::full({3, 8}, 0.25, DType::F32, kGpu0);
+  try {
+    ops::linear(x, w, Tensor(), false);
+    ADD_FAILURE() << "linear accepted an input on the cpu and a weight on cuda:0";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("linear: input is on cpu but weight is on cuda:0"), std::string::npos)
+        << e.what();
+  }
+  // The same op on one device allocates its output there.
+  Tensor y = ops::linear(x.to(kGpu0), w, Tensor(), false);
+  EXPECT_TRUE(on_gpu0(y));
+  EXPECT_EQ(y.to_vector(), std::vector<float>(12, 1.0f));  // 8 * 0.5 * 0.25, exact in f32
+  // A CPU-only kernel says so by name and device.
+  try {
+    ops::max_pool2d(Tensor::zeros({1, 1, 4, 4}, DType::F32, kGpu0), 2, 2, 0);
+    ADD_FAILURE() << "max_pool2d ran on cuda:0, which has no kernel for it";
+  } catch (const kernels::NoKernelError& e) {
+    EXPECT_NE(std::string(e.what()).find("maxpool2d_forward"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cuda"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TrainOnGpu, GptBf16AutocastForwardBackwardMatchesTheCpu) {
+  PT_REQUIRE_GPU();
+  nn::GPTConfig cfg = test_config();
+  cfg.dropout = 0.0f;
+  nn::GPT cpu_model(cfg, 11), gpu_model(cfg, 11);
+  gpu_model.load_state_dict(cpu_model.state_dict());
+  gpu_model.to(kGpu0);
+  auto [tokens, targets] = batch(cfg, 2, 32);
+  autograd::WeightCastCache cpu_cache, gpu_cache;
+  Tensor cpu_loss, gpu_loss;
+  {
+    autograd::AutocastGuard cast(DType::BF16, &cpu_cache);
+    cpu_loss = cpu_model.loss(tokens, targets);
+  }
+  {
+    autograd::AutocastGuard cast(DType::BF16, &gpu_cache);
+    gpu_loss = gpu_model.loss(tokens.to(kGpu0), targets.to(kGpu0));
+  }
+  EXPECT_NEAR(gpu_loss.item(), cpu_loss.item(), 1e-2 * std::fabs(cpu_loss.item()));
+  autograd::backward(cpu_loss);
+  autograd::backward(gpu_loss);
+  const auto cpu_params = cpu_model.named_parameters(), gpu_params = gpu_model.named_parameters();
+  for (size_t i = 0; i < gpu_params.size(); ++i) {
+    const Tensor g = gpu_params[i].second.grad();
+    ASSERT_TRUE(on_gpu0(g)) << gpu_params[i].first;
+    EXPECT_EQ(g.dtype(), DType::F32) << gpu_params[i].first;  // master weights' gradients stay f32
+    expect_close_l2(gpu_params[i].first + " grad", g, cpu_params[i].second.grad(), 3e-2);
+  }
+  EXPECT_GT(gpu_cache.size(), 0u);  // the weights' bf16 copies were made, on the GPU
+}
+
+}  // namespace
+}  // namespace paratrain
