@@ -104,7 +104,7 @@ TEST_F(Cli, BadDataFiles) {
 
 // --device: a malformed value, and a GPU the run cannot use (without a CUDA build or a GPU:
 // says why; with GPUs: one past the last says how many there are). Runs on GPUs:
-// tests/gpu/train_gpu_test.cpp.
+// tests/gpu/train_command_gpu_test.cpp.
 TEST_F(Cli, DeviceChoices) {
   const std::string data = tokens("d.bin", 4000);
   expect_bad_input("train --model gpt-nano --steps 1 --data " + data + " --device gpu", "use cpu, cuda or cuda:N");

@@ -38,31 +38,8 @@ namespace {
 
 constexpr Device kCpu = Device::CPU, kGpu = Device::CUDA;
 const Registry& R() { return registry(); }
+using test::DevBuf;
 
-// ---- host <-> device buffers ----
-struct DevBuf {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit DevBuf(size_t b) : bytes(b) {
-    if (bytes) PT_CUDA_CHECK(cudaMalloc(&p, bytes));
-  }
-  template <typename V>
-  explicit DevBuf(const std::vector<V>& host) : DevBuf(host.size() * sizeof(V)) {
-    if (bytes) PT_CUDA_CHECK(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice));
-  }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  ~DevBuf() {
-    if (p) cudaFree(p);
-  }
-  template <typename V>
-  std::vector<V> get() const {
-    PT_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<V> host(bytes / sizeof(V));
-    if (bytes) PT_CUDA_CHECK(cudaMemcpy(host.data(), p, bytes, cudaMemcpyDeviceToHost));
-    return host;
-  }
-};
 
 // An array of n elements of dtype t as raw bytes.
 using Bytes = std::vector<uint8_t>;

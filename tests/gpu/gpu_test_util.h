@@ -1,10 +1,15 @@
 // For tests/gpu: PT_REQUIRE_GPU() skips the test with "no CUDA GPU: <why>" where this process
-// sees no GPU (ctest reports it skipped); elsewhere the test runs on cuda:0.
+// sees no GPU (ctest reports it skipped); elsewhere the test runs on cuda:0. test::DevBuf: a
+// raw device buffer for the kernel tests.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <vector>
+
 #include "paratrain/tensor/cuda.h"
+#include "paratrain/tensor/cuda_check.h"
 
 #define PT_REQUIRE_GPU()                                                              \
   do {                                                                                \
@@ -12,3 +17,33 @@
       GTEST_SKIP() << "no CUDA GPU: " << ::paratrain::cuda::unavailable_reason();     \
     ::paratrain::cuda::set_device(0);                                                 \
   } while (0)
+
+namespace paratrain::test {
+
+// A raw device buffer of `bytes` on the current GPU, optionally filled from a host vector;
+// get<V>() waits for the device and copies it back.
+struct DevBuf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DevBuf(size_t b) : bytes(b) {
+    if (bytes) PT_CUDA_CHECK(cudaMalloc(&p, bytes));
+  }
+  template <typename V>
+  explicit DevBuf(const std::vector<V>& host) : DevBuf(host.size() * sizeof(V)) {
+    if (bytes) PT_CUDA_CHECK(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice));
+  }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  ~DevBuf() {
+    if (p) cudaFree(p);
+  }
+  template <typename V>
+  std::vector<V> get() const {
+    PT_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<V> host(bytes / sizeof(V));
+    if (bytes) PT_CUDA_CHECK(cudaMemcpy(host.data(), p, bytes, cudaMemcpyDeviceToHost));
+    return host;
+  }
+};
+
+}  // namespace paratrain::test

@@ -35,31 +35,9 @@ constexpr Device kCpu = Device::CPU, kGpu = Device::CUDA;
 const Registry& R() { return registry(); }
 const DeviceSpec kCuda0{Device::CUDA, 0};
 
-struct DevBuf {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit DevBuf(size_t b) : bytes(b) {
-    if (bytes) PT_CUDA_CHECK(cudaMalloc(&p, bytes));
-  }
-  template <typename V>
-  explicit DevBuf(const std::vector<V>& host) : DevBuf(host.size() * sizeof(V)) {
-    if (bytes) PT_CUDA_CHECK(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice));
-  }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  ~DevBuf() {
-    if (p) cudaFree(p);
-  }
-  template <typename V>
-  std::vector<V> get() const {
-    PT_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<V> host(bytes / sizeof(V));
-    if (bytes) PT_CUDA_CHECK(cudaMemcpy(host.data(), p, bytes, cudaMemcpyDeviceToHost));
-    return host;
-  }
-};
 
 using Bytes = std::vector<uint8_t>;
+using test::DevBuf;
 constexpr DType kFloatTypes[] = {DType::F32, DType::BF16, DType::F16};
 constexpr int64_t kSizes[] = {0, 1, 7, 255, 257, 100003, 1 << 20};
 

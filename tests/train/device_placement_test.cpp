@@ -1,6 +1,6 @@
 // The train layer's device decisions (src/train/device_placement.h): what runs on a GPU, the
 // backend `auto` means there, and a rank's GPU. Runs everywhere: the GPU is only named, never
-// touched (a real GPU run: tests/gpu/train_gpu_test.cpp).
+// touched (a real GPU run: tests/gpu/train_command_gpu_test.cpp).
 #include <gtest/gtest.h>
 
 #include "paratrain/base/error.h"

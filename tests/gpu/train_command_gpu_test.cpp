@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class TrainOnGpu : public ::testing::Test {
+class TrainCommandOnGpu : public ::testing::Test {
  protected:
   void SetUp() override {
     char tmpl[] = "/tmp/paratrain_gpu_train_XXXXXX";
@@ -62,7 +62,7 @@ std::vector<double> losses(const std::vector<nlohmann::json>& m) {
 // f32 on the GPU follows the CPU's run: the same data, initialisation and AdamW, only the
 // summation order of the GEMMs, reductions and attention differs (f32 both, no TF32), which
 // moves the loss by ~1e-6 relative per step; 8 steps stay well within 1e-3.
-TEST_F(TrainOnGpu, F32FollowsTheCpuRunAndReportsTheGpu) {
+TEST_F(TrainCommandOnGpu, F32FollowsTheCpuRunAndReportsTheGpu) {
   PT_REQUIRE_GPU();
   const auto cpu = train(base(8) + " --device cpu", "cpu.jsonl");
   const auto gpu = train(base(8) + " --device cuda", "gpu.jsonl");
@@ -87,7 +87,7 @@ TEST_F(TrainOnGpu, F32FollowsTheCpuRunAndReportsTheGpu) {
   EXPECT_GT(gpu[0]["mem_peak_bytes"][0].get<int64_t>(), 3 * 120576 * 4);
 }
 
-TEST_F(TrainOnGpu, Bf16LearnsAndStaysNearF32) {
+TEST_F(TrainCommandOnGpu, Bf16LearnsAndStaysNearF32) {
   PT_REQUIRE_GPU();
   const auto f32 = losses(train(base(20) + " --device cuda", "f32.jsonl"));
   const auto bf16 = losses(train(base(20) + " --device cuda --precision bf16", "bf16.jsonl"));
@@ -100,7 +100,7 @@ TEST_F(TrainOnGpu, Bf16LearnsAndStaysNearF32) {
 // Stopped at step 4 and resumed: the same steps 5..8 as the run that never stopped. Not bit
 // for bit: the embedding and LayerNorm backward kernels sum with f32 atomics, whose order
 // varies from run to run (docs/cuda.md), so the last bits of two GPU runs differ anyway.
-TEST_F(TrainOnGpu, ResumesExactly) {
+TEST_F(TrainCommandOnGpu, ResumesExactly) {
   PT_REQUIRE_GPU();
   const auto whole = losses(train(base(8) + " --device cuda", "whole.jsonl"));
   const std::string ckpt = " --checkpoint-dir " + path("ckpt") + " --checkpoint-every 4";
@@ -117,7 +117,7 @@ TEST_F(TrainOnGpu, ResumesExactly) {
 
 // Two ranks on two GPUs (cuda:LOCAL_RANK) over nccl against one GPU taking both halves of
 // the batch as micro-batches: the same global batch, so the same losses up to summation order.
-TEST_F(TrainOnGpu, DdpOverNcclMatchesOneGpu) {
+TEST_F(TrainCommandOnGpu, DdpOverNcclMatchesOneGpu) {
   PT_REQUIRE_GPU();
   if (cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, this machine has " << cuda::device_count();
   const std::string one = "train --model gpt-nano --data " + path("tokens.bin") +
