@@ -11,32 +11,39 @@ Tensor float_contiguous(const Tensor& x, const char* op, const char* what) {
   return x.contiguous();
 }
 
-void expect_same_dtype(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts) {
-  const std::pair<const char*, const Tensor*>* first = nullptr;
+namespace {
+using NamedTensor = std::pair<const char*, const Tensor*>;
+
+// The first defined tensor of `ts` (nullptr when none) and the first later defined one that
+// `differs` from it (nullptr when none).
+template <typename Differs>
+std::pair<const NamedTensor*, const NamedTensor*> first_mismatch(std::initializer_list<NamedTensor> ts,
+                                                                 Differs differs) {
+  const NamedTensor* first = nullptr;
   for (const auto& t : ts) {
     if (!t.second->defined()) continue;
-    if (!first) {
+    if (!first)
       first = &t;
-      continue;
-    }
-    if (t.second->dtype() != first->second->dtype())
-      PT_THROW(InputError, op, ": ", t.first, " is ", dtype_name(t.second->dtype()), " but ", first->first, " is ",
-               dtype_name(first->second->dtype()), " (cast one, or run the op under an AutocastGuard)");
+    else if (differs(*t.second, *first->second))
+      return {first, &t};
   }
+  return {first, nullptr};
+}
+}  // namespace
+
+void expect_same_dtype(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts) {
+  const auto [first, other] = first_mismatch(ts, [](const Tensor& a, const Tensor& b) { return a.dtype() != b.dtype(); });
+  if (other)
+    PT_THROW(InputError, op, ": ", other->first, " is ", dtype_name(other->second->dtype()), " but ", first->first,
+             " is ", dtype_name(first->second->dtype()), " (cast one, or run the op under an AutocastGuard)");
 }
 
 void expect_same_device(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts) {
-  const std::pair<const char*, const Tensor*>* first = nullptr;
-  for (const auto& t : ts) {
-    if (!t.second->defined()) continue;
-    if (!first) {
-      first = &t;
-      continue;
-    }
-    if (t.second->device_spec() != first->second->device_spec())
-      PT_THROW(InputError, op, ": ", first->first, " is on ", first->second->device_spec().str(), " but ", t.first,
-               " is on ", t.second->device_spec().str(), " (move the module with Module::to, the data with Tensor::to)");
-  }
+  const auto [first, other] =
+      first_mismatch(ts, [](const Tensor& a, const Tensor& b) { return a.device_spec() != b.device_spec(); });
+  if (other)
+    PT_THROW(InputError, op, ": ", first->first, " is on ", first->second->device_spec().str(), " but ", other->first,
+             " is on ", other->second->device_spec().str(), " (move the module with Module::to, the data with Tensor::to)");
   if (first && first->second->is_cuda()) {
     const int d = first->second->device_index(), current = cuda::current_device();
     if (d != current)

@@ -168,9 +168,7 @@ Tensor cross_entropy(const Tensor& logits_raw, const Tensor& targets_in) {
     PT_THROW(InputError, "cross_entropy: ", targets.numel(), " targets for ", N, " rows of logits ",
              shape_str(logits.shape()));
   const DeviceSpec dev = logits.device_spec();
-  if (!(targets.device_spec() == dev))
-    PT_THROW(InputError, "cross_entropy: the targets are on ", targets.device_spec().str(), ", the logits on ",
-             dev.str(), " (move the targets to the logits' device)");
+  expect_same_device("cross_entropy", {{"logits", &logits}, {"targets", &targets}});
   // Everything stays on the logits' device: the mean and the row count are computed there
   // (crossentropy_mean), so no value is read back per call.
   Tensor losses = Tensor::empty({N}, DType::F32, dev), lse = Tensor::empty({N}, DType::F32, dev);
