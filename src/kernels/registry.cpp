@@ -7,6 +7,7 @@ const Registry& registry() {
     Registry t;
     cpu::register_kernels(t);
     cpu::register_half_loss_kernels(t);
+    cpu::register_vocab_shard_kernels(t);
 #if PARATRAIN_HAVE_CUDA
     cuda::register_kernels(t);
 #endif

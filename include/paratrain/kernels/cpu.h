@@ -30,6 +30,7 @@
 #include "paratrain/kernels/cpu/reduce_into.h"
 #include "paratrain/kernels/cpu/layernorm.h"
 #include "paratrain/kernels/cpu/softmax.h"
+#include "paratrain/kernels/cpu/vocab_shard_ce.h"
 #include "paratrain/kernels/cpu/attention.h"
 #include "paratrain/kernels/cpu/embedding.h"
 #include "paratrain/kernels/cpu/conv.h"

@@ -80,6 +80,12 @@ struct Registry {
   PT_KERNEL_TABLE(fill_scaled);
   PT_KERNEL_TABLE(crossentropy_mean);
   PT_KERNEL_TABLE(crossentropy_grad_scale);
+  // vocab_shard_ce.h (tensor parallelism's cross-entropy), keyed by the logits' dtype
+  // (vocab_shard_losses: f32, its sums)
+  PT_KERNEL_TABLE(vocab_shard_row_max);
+  PT_KERNEL_TABLE(vocab_shard_exp_sums);
+  PT_KERNEL_TABLE(vocab_shard_losses);
+  PT_KERNEL_TABLE(vocab_shard_ce_backward);
   // optim.h: parameters, gradients and state in the table's dtype
   PT_KERNEL_TABLE(adamw_update);
   PT_KERNEL_TABLE(adamw_update_multi);
@@ -103,6 +109,8 @@ namespace cpu {
 void register_kernels(Registry& r);
 // Cross-entropy on bf16/f16 logits with f32 math (src/kernels/cpu/half_loss.cpp).
 void register_half_loss_kernels(Registry& r);
+// The vocabulary-shard cross-entropy passes (src/kernels/cpu/vocab_shard_ce.cpp).
+void register_vocab_shard_kernels(Registry& r);
 }  // namespace cpu
 
 namespace cuda {

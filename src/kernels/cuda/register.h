@@ -9,6 +9,7 @@ void register_basic_kernels(Registry& r);
 // LayerNorm, softmax, fused softmax + cross-entropy, fused causal attention.
 void register_layer_kernels(Registry& r);
 // The reductions into device memory: sum_squares_into, nonfinite_into, sum_scaled,
-// fill_scaled, crossentropy_mean, crossentropy_grad_scale (reduce_into.h).
+// fill_scaled, crossentropy_mean, crossentropy_grad_scale (reduce_into.h), and the
+// vocabulary-shard cross-entropy passes (vocab_shard_ce.h).
 void register_reduce_into_kernels(Registry& r);
 }  // namespace paratrain::kernels::cuda

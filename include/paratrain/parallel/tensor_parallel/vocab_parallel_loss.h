@@ -9,13 +9,16 @@
 // this rank's columns. Communication: one MAX all-reduce of N floats and one SUM all-reduce
 // of 2N floats forward (timed into the TpGroup's stats), none backward.
 //
-// Arithmetic is f32 for every logits dtype (f32, bf16, f16): half logits are widened one row
-// at a time into a Vl-wide buffer, never as a whole; the gradient is rounded to the logits'
-// dtype once. The op does not consult autocast: it is already the f32 loss autocast asks for.
-// Memory beyond the inputs: a few N-float buffers, one Vl-wide f32 row per thread for half
-// logits, and the gradient (N x Vl in the logits' dtype) in backward. Rows are split over the
-// kernels' threads (kernels::cpu::num_threads(), OpenMP); each row is computed by one thread,
-// so the result does not depend on the thread count.
+// Arithmetic is f32 for every logits dtype (f32, bf16, f16): half logits are read as f32 one
+// row at a time, never widened as a whole; the gradient is rounded to the logits' dtype once.
+// The op does not consult autocast: it is already the f32 loss autocast asks for. The passes
+// are the kernels of kernels/cpu/vocab_shard_ce.h, on the logits' device (CPU or CUDA); the
+// mean and the count of non-ignored targets stay on that device (crossentropy_mean), and the
+// backward reads its scale there, so nothing waits for a read-back. On the CPU a bad target is
+// an InputError before the first all-reduce; on a GPU its loss is NaN (as ops::cross_entropy).
+// Memory beyond the inputs: a few N-float buffers, and the gradient (N x Vl in the logits'
+// dtype) in backward. Each row is computed by one thread (CPU) or one block (CUDA), so the
+// result does not depend on the thread count.
 //
 // Thread-safety: a collective of `tp` (see comm_ops.h): every rank of the group calls it with
 // the same positions, targets and vocab_size, in the same order as its other tp ops; one
