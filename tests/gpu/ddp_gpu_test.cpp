@@ -18,7 +18,6 @@
 #include "paratrain/comm/store.h"
 #include "paratrain/nn/module.h"
 #include "paratrain/parallel/ddp.h"
-#include "paratrain/parallel/fsdp.h"
 #include "paratrain/parallel/zero.h"
 #include "paratrain/tensor/random.h"
 
@@ -26,8 +25,7 @@ namespace paratrain::parallel {
 namespace {
 
 // Two linear layers with tanh between, parameters on `dev`, the same values for every `dev`
-// (drawn on the CPU from a fixed seed). Claims forward-wrapper support only so that the FSDP
-// test below reaches FSDP's parameter checks.
+// (drawn on the CPU from a fixed seed).
 class Mlp : public nn::Module {
  public:
   explicit Mlp(DeviceSpec dev) {
@@ -47,7 +45,6 @@ class Mlp : public nn::Module {
     Tensor h = ops::tanh(ops::linear(x, w1, b1, true));
     return ops::mean(ops::mul(ops::linear(h, w2, b2, true), c));
   }
-  bool supports_forward_wrappers() const override { return true; }
 
   static constexpr int64_t kIn = 16, kHidden = 24, kOut = 8, kRows = 4;
   Tensor w1, b1, w2, b2;
@@ -214,17 +211,6 @@ TEST(DdpGpuRefuses, GradientCompression) {
     EXPECT_NE(std::string(e.what()).find("gradient compression is not available for parameters on cuda:0"),
               std::string::npos)
         << e.what();
-  }
-}
-
-TEST(DdpGpuRefuses, ZeroStageThree) {
-  PT_REQUIRE_GPU();
-  Mlp m(kGpu);
-  try {
-    FullyShardedDataParallel fsdp(m, {}, one_rank_nccl());
-    FAIL() << "no error";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("not available for parameters on a GPU"), std::string::npos) << e.what();
   }
 }
 

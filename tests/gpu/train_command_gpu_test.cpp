@@ -130,3 +130,26 @@ TEST_F(TrainCommandOnGpu, DdpOverNcclMatchesOneGpu) {
   ASSERT_EQ(two.size(), single.size());
   for (size_t s = 0; s < two.size(); ++s) EXPECT_NEAR(two[s], single[s], 1e-3 * single[s]) << "step " << s + 1;
 }
+
+// ZeRO 3 on one GPU follows the plain one-GPU run (its units are gathered and reduced on the
+// device; one rank moves no bytes, so only the order of the GPU kernels may differ); on two
+// GPUs, f32 and with bf16 gathers and reduce-scatters (--compress bf16), against one GPU.
+TEST_F(TrainCommandOnGpu, ZeroThreeMatchesPlainDataParallel) {
+  PT_REQUIRE_GPU();
+  const auto plain = losses(train(base(6) + " --device cuda", "plain.jsonl"));
+  const auto zero3 = losses(train(base(6) + " --device cuda --zero 3", "zero3.jsonl"));
+  ASSERT_EQ(zero3.size(), plain.size());
+  for (size_t s = 0; s < plain.size(); ++s) EXPECT_NEAR(zero3[s], plain[s], 1e-4 * plain[s]) << "step " << s + 1;
+  if (cuda::device_count() < 2) GTEST_SKIP() << "the two-GPU half needs 2 GPUs, this machine has " << cuda::device_count();
+  const std::string two = "launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) +
+                          " train --model gpt-nano --data " + path("tokens.bin") +
+                          " --steps 6 --micro-batch 4 --lr 1e-3 --grad-clip 1.0 --seed 3 --quiet --device cuda --zero 3";
+  const auto f32 = losses(train(two, "two_f32.jsonl"));
+  const auto bf16 = losses(train(two + " --compress bf16", "two_bf16.jsonl"));
+  ASSERT_EQ(f32.size(), plain.size());
+  ASSERT_EQ(bf16.size(), plain.size());
+  for (size_t s = 0; s < plain.size(); ++s) {
+    EXPECT_NEAR(f32[s], plain[s], 1e-3 * plain[s]) << "f32, step " << s + 1;
+    EXPECT_NEAR(bf16[s], plain[s], 2e-2 * plain[s]) << "bf16 collectives, step " << s + 1;
+  }
+}

@@ -53,9 +53,17 @@ TEST(DevicePlacement, LayoutsThatDoNotRunOnAGpuAreRefusedByName) {
   expect_refused(gpu_config(), {1, 2, 1}, "--tp 2");
   expect_refused(gpu_config(), {1, 1, 2}, "--pp 2");
   c = gpu_config(), c.zero = 3;
-  expect_refused(c, {2, 1, 1}, "--zero 3");
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu, true); }), "");  // ZeRO 3
+  for (const char* half : {"bf16", "fp16"}) {  // ZeRO 3 casts its own collectives
+    c.compress = half;
+    EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu, true); }), "") << half;
+  }
+  c.compress = "powersgd";
+  expect_refused(c, {2, 1, 1}, "--compress powersgd");
   c = gpu_config(), c.compress = "powersgd";
   expect_refused(c, {2, 1, 1}, "--compress powersgd");
+  c = gpu_config(), c.compress = "bf16";  // DDP's compression hooks: host buckets
+  expect_refused(c, {2, 1, 1}, "--compress bf16");
   c = gpu_config(), c.balance = "auto";
   expect_refused(c, {2, 1, 1}, "--balance auto");
   c = gpu_config(), c.deterministic = true;

@@ -10,6 +10,12 @@
 // (on_ready) and, when the pass is done with the unit, free its parameters and, in the
 // synchronised pass, launch the reduce-scatters in the fixed order. A reduce-scatter's input
 // buffer is kept until it completes (at most two in flight).
+//
+// Every buffer lives on the parameters' device. On a GPU (nccl) the waits for a gather or a
+// reduce-scatter only order the compute stream after it (Work::wait_on_device): the host goes
+// on queueing, and a buffer freed afterwards is reused in compute-stream order, after the
+// collective. The copies and the arithmetic are the dispatch-table kernels there; on the CPU
+// the same bytes move by the same host loops as before.
 #include "paratrain/parallel/fsdp.h"
 
 #include <algorithm>
@@ -31,6 +37,7 @@ using detail::move_add;
 using detail::owned_range;
 using detail::scale;
 using detail::wait_work;
+using detail::wait_work_on;
 
 using detail::Clock;
 using detail::ms_between;
@@ -71,6 +78,7 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
 
   std::shared_ptr<comm::ProcessGroup> pg;
   FsdpOptions opts;
+  DeviceSpec device{Device::CPU, -1};  // every parameter's, so every buffer's
   int rank = 0, world = 1;
   std::vector<Param> params;
   std::vector<Unit> units;  // the caller's units in forward order, then the root unit
@@ -83,16 +91,19 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
   int64_t gathered_units = 0, gathered_bytes = 0;
 
   bool communicates() const { return pg && world > 1; }
+  bool on_gpu() const { return device.kind == Device::CUDA; }
+  Tensor buffer(int64_t n, DType dtype = DType::F32) const { return Tensor::empty({n}, dtype, device); }
+  Tensor zeros(int64_t n) const { return Tensor::zeros({n}, DType::F32, device); }
   // Parameters gathered and gradients reduce-scattered in a 16-bit type (options.comm_dtype).
   bool half_comm() const { return communicates() && opts.comm_dtype != DType::F32; }
   int64_t comm_bytes(const Unit& u) const {
     return u.shard_len * world * static_cast<int64_t>(half_comm() ? 2 : sizeof(float));
   }
   void cast_from_f32(Tensor& out, const Tensor& in) const {
-    kernels::registry().cast_from_f32.at(Device::CPU, opts.comm_dtype)(out.data_ptr(), in.data_ptr(), in.numel());
+    kernels::registry().cast_from_f32.at(device.kind, opts.comm_dtype)(out.data_ptr(), in.data_ptr(), in.numel());
   }
   void cast_to_f32(Tensor& out, const Tensor& in) const {
-    kernels::registry().cast_to_f32.at(Device::CPU, opts.comm_dtype)(out.data_ptr(), in.data_ptr(), in.numel());
+    kernels::registry().cast_to_f32.at(device.kind, opts.comm_dtype)(out.data_ptr(), in.data_ptr(), in.numel());
   }
   int root() const { return static_cast<int>(units.size()) - 1; }
   int64_t unit_bytes(const Unit& u) const { return u.shard_len * world * static_cast<int64_t>(sizeof(float)); }
@@ -105,10 +116,10 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
   void prefetch(int u) {
     Unit& un = units[u];
     if (un.state != State::Sharded) return;
-    un.flat = Tensor::empty({un.shard_len * world});
+    un.flat = buffer(un.shard_len * world);
     if (half_comm()) {  // the shard rounded to the 16-bit type travels; every rank gets the same values
-      un.send_half = Tensor::empty({un.shard_len}, opts.comm_dtype);
-      un.flat_half = Tensor::empty({un.shard_len * world}, opts.comm_dtype);
+      un.send_half = buffer(un.shard_len, opts.comm_dtype);
+      un.flat_half = buffer(un.shard_len * world, opts.comm_dtype);
       cast_from_f32(un.send_half, un.shard);
       un.gather = pg->allgather(un.send_half.data_ptr(), un.flat_half.data_ptr(), static_cast<size_t>(un.shard_len),
                                 opts.comm_dtype);
@@ -120,7 +131,7 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
       stats.gathers++;
       stats.gather_bytes += comm_bytes(un);
     } else {
-      std::memcpy(un.flat.data_ptr(), un.shard.data_ptr(), un.shard.nbytes());
+      un.flat.copy_(un.shard);
     }
     un.state = State::Gathering;
     gathered_units++;
@@ -135,7 +146,7 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
     prefetch(u);
     if (un.gather) {
       const auto t0 = Clock::now();
-      wait_work(un.gather, opts.timeout_s);
+      wait_work_on(un.gather, opts.timeout_s, on_gpu());
       stats.gather_exposed_ms += ms_between(t0, Clock::now());
       un.gather.reset();
     }
@@ -195,8 +206,8 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
     ensure_gathered(u);
     prefetch_backward(u);
     if (!un.grad_flat.defined()) {
-      un.grad_flat = Tensor::zeros({un.shard_len * world});
-      if (opts.deterministic) un.grad_accum = Tensor::zeros({un.shard_len * world});
+      un.grad_flat = zeros(un.shard_len * world);
+      if (opts.deterministic) un.grad_accum = zeros(un.shard_len * world);
       for (int i : un.params) {
         Param& p = params[i];
         p.grad_view = un.grad_flat.narrow(0, p.offset, p.param.numel()).view(p.param.shape());
@@ -218,7 +229,7 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
       grad = p.grad_view;
     }
     if (opts.deterministic) {
-      move_add(p.accum_view.data<float>(), p.grad_view.data<float>(), p.grad_view.numel());
+      move_add(p.accum_view, p.grad_view);
       p.passes++;
     }
     if (!no_sync) {
@@ -250,9 +261,9 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
     release(u);
     Tensor& in = opts.deterministic ? un.grad_accum : un.grad_flat;
     if (half_comm()) {  // as DDP's --compress bf16|fp16: the mean's terms, cast, summed in the 16-bit type
-      scale(in.data<float>(), in.numel(), 1.0f / static_cast<float>(world));
-      un.grad_half = Tensor::empty({in.numel()}, opts.comm_dtype);
-      un.grad_shard_half = Tensor::empty({un.shard_len}, opts.comm_dtype);
+      scale(in, 1.0f / static_cast<float>(world));
+      un.grad_half = buffer(in.numel(), opts.comm_dtype);
+      un.grad_shard_half = buffer(un.shard_len, opts.comm_dtype);
       cast_from_f32(un.grad_half, in);
       un.rs = pg->reduce_scatter(un.grad_half.data_ptr(), un.grad_shard_half.data_ptr(),
                                  static_cast<size_t>(un.shard_len), opts.comm_dtype, comm::ReduceOp::kSum);
@@ -265,7 +276,7 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
       stats.reduce_scatters++;
       stats.reduce_scatter_bytes += comm_bytes(un);
     } else {
-      std::memcpy(un.grad_shard.data_ptr(), in.data<float>() + rank * un.shard_len, un.grad_shard.nbytes());
+      un.grad_shard.copy_(in.narrow(0, rank * un.shard_len, un.shard_len));
     }
     rs_in_flight.push_back(u);
     while (rs_in_flight.size() > 2) retire_front();
@@ -277,7 +288,7 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
     rs_in_flight.pop_front();
     if (un.rs) {
       const auto t0 = Clock::now();
-      wait_work(un.rs, opts.timeout_s);
+      wait_work_on(un.rs, opts.timeout_s, on_gpu());
       stats.reduce_scatter_exposed_ms += ms_between(t0, Clock::now());
       un.rs.reset();
     }
@@ -319,10 +330,13 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
   }
 
   // Busy time of each collective of the step: the group runs them in issue order, so one
-  // starts when it was issued or when the one before it finished, whichever is later.
+  // starts when it was issued or when the one before it finished, whichever is later. On a
+  // GPU only the collectives the host has seen complete count (the others were waited for on
+  // the device).
   void account_busy_time() {
     Clock::time_point prev{};
     for (const auto& c : issued) {
+      if (!c.work->is_completed()) continue;
       const auto fin = c.work->finished_at();
       const double ms = ms_between(std::max(c.at, prev), fin);
       (c.gather ? stats.gather_ms : stats.reduce_scatter_ms) += std::max(0.0, ms);
@@ -370,9 +384,10 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Module& root, const std::
   for (auto& [name, t] : root.named_parameters()) {
     if (!t.requires_grad())
       PT_THROW(InputError, "FullyShardedDataParallel: parameter ", name, " does not require a gradient; only trainable parameters can be sharded");
-    if (t.is_cuda())
-      PT_THROW(InputError, "FullyShardedDataParallel: parameter ", name, " is on ", t.device_spec().str(),
-               "; ZeRO stage 3 is not available for parameters on a GPU yet (use --zero 0, 1 or 2)");
+    if (im.params.empty()) im.device = t.device_spec();
+    if (t.device_spec() != im.device)
+      PT_THROW(InputError, "FullyShardedDataParallel: parameter ", name, " is on ", t.device_spec().str(), " but ",
+               im.params.front().name, " is on ", im.device.str(), " (move the whole model with Module::to first)");
     if (t.dtype() != DType::F32)
       PT_THROW(InputError, "FullyShardedDataParallel: parameter ", name, " is ", dtype_name(t.dtype()), "; shards hold f32 parameters only");
     if (!t.is_contiguous() || t.data_ptr() != t.storage()->data() || t.storage()->nbytes() != t.nbytes())
@@ -421,13 +436,15 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Module& root, const std::
     int64_t total = 0;
     for (int i : un.params) im.params[i].offset = total, total += im.params[i].param.numel();
     un.shard_len = std::max<int64_t>(1, (total + im.world - 1) / im.world);
-    Tensor flat = Tensor::zeros({un.shard_len * im.world});
-    for (int i : un.params)
-      std::memcpy(flat.data<float>() + im.params[i].offset, im.params[i].param.data_ptr(), im.params[i].param.nbytes());
+    Tensor flat = im.zeros(un.shard_len * im.world);
+    for (int i : un.params) {
+      const Tensor& t = im.params[i].param;
+      flat.narrow(0, im.params[i].offset, t.numel()).copy_(t.view({t.numel()}));
+    }
     if (im.communicates() && options.broadcast_parameters)
       wait_work(im.pg->broadcast(flat.data_ptr(), static_cast<size_t>(flat.numel()), DType::F32, 0), options.timeout_s);
     un.shard = flat.narrow(0, im.rank * un.shard_len, un.shard_len).clone();
-    un.grad_shard = Tensor::zeros({un.shard_len});
+    un.grad_shard = im.zeros(un.shard_len);
   }
   for (auto& p : im.params) p.param.storage()->rebind(nullptr);
   for (int u = L - 1; u >= 0; --u) im.launch_order.push_back(u);
@@ -502,7 +519,7 @@ void FullyShardedDataParallel::finish() {
     throw;
   }
   for (auto& un : im.units)  // (16-bit communication averaged before the cast)
-    if ((im.opts.deterministic || im.world > 1) && !im.half_comm()) scale(un.grad_shard.data<float>(), un.shard_len, factor);
+    if ((im.opts.deterministic || im.world > 1) && !im.half_comm()) scale(un.grad_shard, factor);
   im.account_busy_time();
   im.reset();  // every reduce-scatter has completed: frees what is still gathered, clears the step's flags
 }
@@ -537,8 +554,8 @@ void FullyShardedDataParallel::load_full_state(const std::map<std::string, Tenso
                shape_str(it->second.shape()), ", the parameter f32 ", shape_str(p.param.shape()));
   }
   for (auto& piece : shard_pieces()) {
-    Tensor whole = state.at(piece.name).contiguous();
-    std::memcpy(piece.param.data_ptr(), whole.data<float>() + piece.begin, piece.param.nbytes());
+    const Tensor& whole = state.at(piece.name);
+    piece.param.copy_(whole.contiguous().view({whole.numel()}).narrow(0, piece.begin, piece.param.numel()));
   }
 }
 
