@@ -33,12 +33,10 @@ void check_layout_on_device(const TrainConfig& c, const parallel::MeshShape& sha
   const char* use_cpu = " yet (use --device cpu for it)";
   if (shape.tp > 1) PT_THROW(InputError, "--tp ", shape.tp, ": tensor parallelism does not run with ", on, use_cpu);
   if (shape.pp > 1) PT_THROW(InputError, "--pp ", shape.pp, ": pipeline parallelism does not run with ", on, use_cpu);
-  // ZeRO 3 casts its own gathers and reduce-scatters to bf16/fp16 (on the device); DDP's
-  // compression hooks work on host buckets
-  const bool zero3_half = c.zero == 3 && (c.compress == "bf16" || c.compress == "fp16");
-  if (c.compress != "none" && !zero3_half)
-    PT_THROW(InputError, "--compress ", c.compress, " does not run with ", on, " yet",
-             c.zero == 3 ? " (use --compress none, bf16 or fp16 with --zero 3)" : " (use --compress none)");
+  // fp16/bf16 casts run on the device (DDP's buckets, ZeRO 3's collectives); PowerSGD's factor
+  // arithmetic is host code
+  if (c.compress == "powersgd")
+    PT_THROW(InputError, "--compress powersgd does not run with ", on, " yet (use --compress none, fp16 or bf16)");
   if (c.balance == "auto") PT_THROW(InputError, "--balance auto does not run with ", on, use_cpu);
   if (shape.world() > 1 && c.deterministic)
     PT_THROW(InputError, "--deterministic with ", on, ": nccl has no rank-ordered reduction (use --device cpu)");

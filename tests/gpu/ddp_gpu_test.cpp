@@ -1,7 +1,8 @@
 // DistributedDataParallel and ZeRO 1/2 with the parameters on cuda:0 over a one-rank nccl
 // group (docs/ddp.md): buckets, accumulators and shards on the GPU, several small buckets,
 // a no_sync micro-step, gradients checked against the same model on the CPU without DDP;
-// and the features that do not run on a GPU yet refuse with an InputError.
+// the fp16/bf16 gradient compressor on a device bucket; and PowerSGD, which does not run on
+// a GPU yet, refused with an InputError.
 // A one-rank group communicates nothing, so these check the device side of the reducer (its
 // buffers, kernels and copies); the collectives themselves are tests/gpu/nccl_process_group_test.
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "paratrain/comm/store.h"
 #include "paratrain/nn/module.h"
 #include "paratrain/parallel/ddp.h"
+#include "paratrain/parallel/grad_compression.h"
 #include "paratrain/parallel/zero.h"
 #include "paratrain/tensor/random.h"
 
@@ -199,18 +201,45 @@ TEST(DdpGpuRefuses, ParametersOnTwoDevices) {
   }
 }
 
-TEST(DdpGpuRefuses, GradientCompression) {
+TEST(DdpGpuRefuses, PowerSgdCompression) {
   PT_REQUIRE_GPU();
   Mlp m(kGpu);
   DdpOptions o;
-  o.compress.kind = CompressKind::BF16;
+  o.compress.kind = CompressKind::PowerSGD;
   try {
     DistributedDataParallel ddp(m, one_rank_nccl(), o);
     FAIL() << "no error";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("gradient compression is not available for parameters on cuda:0"),
+    EXPECT_NE(std::string(e.what()).find("PowerSGD compression is not available for parameters on cuda:0"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// The fp16/bf16 compressor on a GPU bucket over a one-rank nccl group: the bucket comes back
+// as the gradient rounded once to the 16-bit type (scale by 1/1, cast, sum of one, cast back),
+// bit for bit the host rounding of the same values (the casts are bit-exact).
+TEST(GradCompressorGpu, Cast16BucketsRoundOnceOnTheDevice) {
+  PT_REQUIRE_GPU();
+  for (CompressKind kind : {CompressKind::BF16, CompressKind::F16}) {
+    CompressOptions co;
+    co.kind = kind;
+    GradCompressor gc(co, one_rank_nccl(), 60);
+    std::vector<float> host(1001);
+    for (size_t i = 0; i < host.size(); ++i) host[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f + 1e-3f;
+    for (int step = 0; step < 2; ++step) {  // the second step reuses the device half buffer
+      Tensor bucket = Tensor::from_vector(host, {1001}).to(kGpu);
+      gc.launch(bucket, {{0, bucket.narrow(0, 0, 1001)}});
+      gc.finish();
+      ASSERT_TRUE(bucket.is_cuda());
+      const std::vector<float> got = bucket.to_vector();
+      for (size_t i = 0; i < host.size(); ++i) {
+        const float want = kind == CompressKind::BF16 ? bf16_to_f32(f32_to_bf16(host[i]))
+                                                      : f16_to_f32(f32_to_f16(host[i]));
+        ASSERT_EQ(got[i], want) << (kind == CompressKind::BF16 ? "bf16" : "fp16") << " element " << i;
+      }
+      EXPECT_EQ(gc.bytes_sent(), 2 * 1001);
+    }
   }
 }
 

@@ -129,6 +129,13 @@ TEST_F(TrainCommandOnGpu, DdpOverNcclMatchesOneGpu) {
                                 "two.jsonl"));
   ASSERT_EQ(two.size(), single.size());
   for (size_t s = 0; s < two.size(); ++s) EXPECT_NEAR(two[s], single[s], 1e-3 * single[s]) << "step " << s + 1;
+  // bf16 gradient compression: the buckets cast on the GPUs, the mean summed in bf16
+  const auto bf16 = losses(train("launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) +
+                                     " train --model gpt-nano --data " + path("tokens.bin") +
+                                     " --steps 6 --micro-batch 4 --seed 3 --quiet --device cuda --compress bf16",
+                                 "two_bf16.jsonl"));
+  ASSERT_EQ(bf16.size(), single.size());
+  for (size_t s = 0; s < bf16.size(); ++s) EXPECT_NEAR(bf16[s], single[s], 2e-2 * single[s]) << "bf16, step " << s + 1;
 }
 
 // ZeRO 3 on one GPU follows the plain one-GPU run (its units are gathered and reduced on the

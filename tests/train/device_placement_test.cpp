@@ -62,8 +62,10 @@ TEST(DevicePlacement, LayoutsThatDoNotRunOnAGpuAreRefusedByName) {
   expect_refused(c, {2, 1, 1}, "--compress powersgd");
   c = gpu_config(), c.compress = "powersgd";
   expect_refused(c, {2, 1, 1}, "--compress powersgd");
-  c = gpu_config(), c.compress = "bf16";  // DDP's compression hooks: host buckets
-  expect_refused(c, {2, 1, 1}, "--compress bf16");
+  for (const char* half : {"bf16", "fp16"}) {  // DDP's buckets cast on the device
+    c = gpu_config(), c.compress = half;
+    EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu, true); }), "") << half;
+  }
   c = gpu_config(), c.balance = "auto";
   expect_refused(c, {2, 1, 1}, "--balance auto");
   c = gpu_config(), c.deterministic = true;

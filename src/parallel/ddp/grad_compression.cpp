@@ -5,6 +5,10 @@
 // Works; finish() completes them in the same order. PowerSGD state that lives across steps
 // (the error feedback e and the warm-start Q) is kept per parameter id, so a bucket rebuild
 // (DDP re-orders buckets after the first step) does not lose it.
+//
+// Buckets on a GPU (f32 and the casts; PowerSGD's factor arithmetic is host code and refused
+// there): the scale and the casts are the device's kernels into a device half buffer, and
+// finish() orders the compute stream after each all-reduce instead of blocking the host.
 #include "paratrain/parallel/grad_compression.h"
 
 #include <algorithm>
@@ -18,6 +22,7 @@
 #include "paratrain/base/error.h"
 #include "paratrain/kernels/registry.h"
 #include "paratrain/tensor/random.h"
+#include "parallel/flat_ops.h"
 
 namespace paratrain::parallel {
 
@@ -25,8 +30,8 @@ namespace {
 using kernels::Registry;
 // The kernel of `table` for the buckets' gradients: f32 on the CPU.
 template <typename Table>
-auto bucket_kernel(Table Registry::*table) {
-  return (kernels::registry().*table).at(Device::CPU, DType::F32);
+auto bucket_kernel(Table Registry::*table, Device device = Device::CPU) {
+  return (kernels::registry().*table).at(device, DType::F32);
 }
 }  // namespace
 
@@ -164,10 +169,7 @@ void orthogonalize_columns(float* P, int64_t n, int64_t r) {
 // ---------------------------------------------------------------------------------------
 
 namespace {
-void wait_work(const comm::WorkPtr& w, double timeout_s) {
-  if (!w) return;
-  w->wait(std::chrono::milliseconds(timeout_s > 0 ? static_cast<int64_t>(timeout_s * 1000) : 0));
-}
+using detail::wait_work;
 
 // PowerSGD's per-parameter memory, kept across steps.
 struct Memory {
@@ -188,7 +190,10 @@ struct Pending {
   Mode mode = Mode::F32;
   float* flat = nullptr;
   int64_t numel = 0;
-  std::vector<uint16_t> half;  // Cast16
+  Tensor bucket;                // the bucket's tensor (on a GPU: f32 and Cast16 only)
+  Device device = Device::CPU;
+  std::vector<uint16_t> half;  // Cast16 on the host
+  Tensor half_on_device;       // Cast16 on a GPU
   // PowerSGD: [uncompressed tensors | P factors] travel together, then [Q factors].
   std::vector<std::pair<int64_t, int64_t>> plain;  // (offset in flat, numel) sent as they are
   int64_t plain_numel = 0;
@@ -235,6 +240,9 @@ void GradCompressor::launch(Tensor& flat, const std::vector<GradSlot>& slots) {
   Pending& b = st.pending[st.launched++];
   b.flat = flat.data<float>();
   b.numel = flat.numel();
+  b.bucket = flat;
+  b.device = flat.device();
+  const detail::OnDeviceOf on(flat);
   b.first.reset();
   b.second.reset();
   const int world = pg_->size();
@@ -243,6 +251,9 @@ void GradCompressor::launch(Tensor& flat, const std::vector<GradSlot>& slots) {
   Mode mode = Mode::F32;
   if (opts_.kind == CompressKind::F16 || opts_.kind == CompressKind::BF16) mode = Mode::Cast16;
   if (opts_.kind == CompressKind::PowerSGD && steps_ >= opts_.powersgd_start_iter) mode = Mode::PowerSGD;
+  if (mode == Mode::PowerSGD && b.device != Device::CPU)
+    PT_THROW(InputError, "PowerSGD compression works on host buckets; the gradients are on ", flat.device_spec().str(),
+             " (use fp16 or bf16 compression there)");
   b.mode = mode;
 
   if (mode == Mode::F32) {
@@ -251,12 +262,19 @@ void GradCompressor::launch(Tensor& flat, const std::vector<GradSlot>& slots) {
     return;
   }
   if (mode == Mode::Cast16) {
-    b.half.resize(static_cast<size_t>(b.numel));
-    bucket_kernel(&Registry::scale)(b.flat, b.flat, inv_world, b.numel);
     const bool f16 = opts_.kind == CompressKind::F16;
-    kernels::registry().cast_from_f32.at(Device::CPU, f16 ? DType::F16 : DType::BF16)(b.half.data(), b.flat, b.numel);
-    b.first = pg_->allreduce(b.half.data(), static_cast<size_t>(b.numel), f16 ? DType::F16 : DType::BF16,
-                             comm::ReduceOp::kSum);
+    const DType half_type = f16 ? DType::F16 : DType::BF16;
+    void* half = nullptr;
+    if (b.device == Device::CPU) {
+      b.half.resize(static_cast<size_t>(b.numel));
+      half = b.half.data();
+    } else {
+      if (b.half_on_device.numel() != b.numel) b.half_on_device = flat.new_empty({b.numel}, half_type);
+      half = b.half_on_device.data_ptr();
+    }
+    bucket_kernel(&Registry::scale, b.device)(b.flat, b.flat, inv_world, b.numel);
+    kernels::registry().cast_from_f32.at(b.device, half_type)(half, b.flat, b.numel);
+    b.first = pg_->allreduce(half, static_cast<size_t>(b.numel), half_type, comm::ReduceOp::kSum);
     st.bytes += 2 * b.numel;
     return;
   }
@@ -319,6 +337,17 @@ void GradCompressor::finish() {
     for (size_t k = 0; k < st.launched; ++k) {
       Pending& b = st.pending[k];
       f32_bytes += 4 * b.numel;
+      if (b.device != Device::CPU) {  // f32 or Cast16: the compute stream waits for the sum on the GPU
+        const detail::OnDeviceOf on(b.bucket);
+        detail::wait_work_on(b.first, timeout_s_, true);
+        b.first.reset();
+        if (b.mode == Mode::F32)
+          bucket_kernel(&Registry::scale, b.device)(b.flat, b.flat, inv_world, b.numel);
+        else
+          kernels::registry().cast_to_f32.at(b.device, opts_.kind == CompressKind::F16 ? DType::F16 : DType::BF16)(
+              b.flat, b.half_on_device.data_ptr(), b.numel);
+        continue;
+      }
       wait_work(b.first, timeout_s_);
       b.first.reset();
       if (b.mode == Mode::F32) {
