@@ -10,6 +10,7 @@
 
 #if PARATRAIN_HAVE_CUDA
 #include "paratrain/tensor/cuda_check.h"
+#include "paratrain/tensor/cuda_device_errors.h"
 #include "paratrain/tensor/cuda_device_guard.h"
 #endif
 
@@ -107,7 +108,10 @@ void set_device(int d) {
 Stream compute_stream(int d) { return streams_of(resolve(d)).compute; }
 Stream comm_stream(int d) { return streams_of(resolve(d)).comm; }
 
-void synchronize() { PT_CUDA_CHECK(cudaDeviceSynchronize()); }
+void synchronize() {
+  PT_CUDA_CHECK(cudaDeviceSynchronize());
+  raise_device_errors();  // what the current GPU's kernels found without a wait
+}
 void synchronize(Stream s) { PT_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(s))); }
 
 void stream_wait(Stream waiter, Stream waited) {

@@ -47,7 +47,8 @@ using Stream = void*;
 // The compute / communication stream of device d (-1: the current device).
 Stream compute_stream(int d = -1);
 Stream comm_stream(int d = -1);
-// Waits until every stream of the current device is idle.
+// Waits until every stream of the current device is idle, then raises what its kernels
+// recorded without a wait (tensor/cuda_device_errors.h).
 void synchronize();
 // Waits until `s` is idle.
 void synchronize(Stream s);

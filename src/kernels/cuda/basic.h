@@ -6,11 +6,12 @@
 // pointer of the current device in dtype T (float for F32, uint16_t bits for BF16/F16) unless
 // the legend says f32; the math is in f32 and each half result is rounded once. Size
 // arguments (and strided_add's sizes/strides arrays) are host values. Every kernel is queued
-// on the current device's compute stream and returns without waiting, except:
-//  - sum, sum_squares, all_finite return a value: they wait for the compute stream;
-//  - embedding/encoder forward and backward check the token ids on the device first and wait
-//    for that check, so a bad id throws InputError before anything is written.
-// Differences from the CPU kernels: sums of many terms (bias_backward, gemm, embedding's
+// on the current device's compute stream and returns without waiting, except sum,
+// sum_squares and all_finite, which return a value: they wait for the compute stream.
+// Differences from the CPU kernels: a bad token id in embedding/encoder forward or backward
+// cannot throw at once: it is recorded on the device and raised as the CPU's InputError at the
+// host's next wait for the GPU (tensor/cuda_device_errors.h), its forward row is NaN and its
+// backward adds nothing. Sums of many terms (bias_backward, gemm, embedding's
 // scatter with atomicAdd) add in another order, so f32 results differ by rounding;
 // embedding_backward is not bitwise deterministic from run to run (atomicAdd).
 // Thread-safety: any thread; calls from several threads on one device are ordered by the

@@ -1,15 +1,19 @@
 // The CUDA embedding and GPT-encoder kernels, f32 (kernels/cuda/basic.h; legends in
 // kernels/cpu/embedding.h).
 //
-// Token ids are checked on the device before anything is written: a kernel records the
-// first position whose id is outside [0,V), the host waits for it and throws InputError
-// naming the id and the position, as the CPU kernel does. So these calls wait for the
-// compute stream once each. The backward scatters with f32 atomicAdd (order not fixed: not
+// Token ids are checked on the device without a wait: a kernel finds the first position
+// whose id is outside [0,V) and records it (with the id) in the GPU's asynchronous error record
+// (tensor/cuda_device_errors.h), which the host raises as the CPU kernel's InputError at its
+// next wait for the GPU's results (a training step: when it reads the loss). Until then a bad
+// id's output row is NaN in the forward and it adds nothing in the backward: no kernel reads or
+// writes outside the tables. The backward scatters with f32 atomicAdd (order not fixed: not
 // bitwise deterministic); the positional part of encoder_backward sums over b in order.
 #include <climits>
+#include <cmath>
 
 #include "kernels/cuda/basic.h"
 #include "kernels/cuda/launch.h"
+#include "paratrain/tensor/cuda_device_errors.h"
 
 namespace paratrain::kernels::cuda {
 namespace {
@@ -17,8 +21,8 @@ namespace {
 using detail::launch_each;
 
 struct TokenCheckState {
-  std::mutex mu;
-  unsigned long long* first_bad = nullptr;  // smallest bad position, ULLONG_MAX if none
+  std::mutex mu;  // the scratch slot is reused in compute-stream order; enqueue under the lock
+  unsigned long long* first_bad = nullptr;  // smallest bad position of one call, ULLONG_MAX if none
   TokenCheckState() { PT_CUDA_CHECK(cudaMalloc(&first_bad, sizeof(unsigned long long))); }
 };
 
@@ -28,34 +32,44 @@ __global__ void find_bad_token(const int32_t* tokens, int64_t N, int64_t V, unsi
     if (tokens[i] < 0 || tokens[i] >= V) atomicMin(first_bad, static_cast<unsigned long long>(i));
 }
 
+// One thread: the call's first bad position, if any, into the record unless it holds one.
+__global__ void record_bad_token(const unsigned long long* first_bad, const int32_t* tokens, int64_t V,
+                                 ::paratrain::cuda::DeviceErrorRecord* rec, const char* who, const char* what,
+                                 const char* range) {
+  const unsigned long long bad = *first_bad;
+  if (bad == ULLONG_MAX || rec->code != 0) return;
+  rec->position = static_cast<long long>(bad);
+  rec->value = tokens[bad];
+  rec->bound = V;
+  rec->who = who, rec->what = what, rec->range = range;
+  __threadfence_system();  // the fields before the code that says they are there
+  rec->code = 1;
+}
+
 void check_sizes(int64_t N, int64_t V, int64_t C, const char* who) {
   if (N < 0 || V <= 0 || C < 0) PT_THROW(InputError, who, ": bad sizes N=", N, " V=", V, " C=", C);
 }
 
-// Throws InputError for the first token id outside [0,V); waits for the compute stream.
+// Records the first token id outside [0,V) for the host to raise later; never waits. `who`
+// must be a string literal (it is read when the error is raised).
 void check_tokens(const int32_t* tokens, int64_t N, int64_t V, const char* who) {
   if (N == 0) return;
   TokenCheckState& st = detail::per_device<TokenCheckState>();
+  ::paratrain::cuda::DeviceErrorRecord* rec = ::paratrain::cuda::device_error_record();
   std::lock_guard<std::mutex> lock(st.mu);
   cudaStream_t s = detail::stream();
-  const unsigned long long none = ULLONG_MAX;
-  PT_CUDA_CHECK(cudaMemcpyAsync(st.first_bad, &none, sizeof(none), cudaMemcpyHostToDevice, s));
+  PT_CUDA_CHECK(cudaMemsetAsync(st.first_bad, 0xff, sizeof(unsigned long long), s));  // ULLONG_MAX
   find_bad_token<<<detail::grid_for(N), detail::kThreads, 0, s>>>(tokens, N, V, st.first_bad);
   PT_CUDA_CHECK_LAUNCH();
-  unsigned long long bad = none;
-  PT_CUDA_CHECK(cudaMemcpyAsync(&bad, st.first_bad, sizeof(bad), cudaMemcpyDeviceToHost, s));
-  PT_CUDA_CHECK(cudaStreamSynchronize(s));
-  if (bad == none) return;
-  int32_t id = 0;
-  PT_CUDA_CHECK(cudaMemcpyAsync(&id, tokens + bad, sizeof(id), cudaMemcpyDeviceToHost, s));
-  PT_CUDA_CHECK(cudaStreamSynchronize(s));
-  PT_THROW(InputError, who, ": token id ", id, " at position ", bad, " is outside the vocabulary [0,", V, ")");
+  record_bad_token<<<1, 1, 0, s>>>(st.first_bad, tokens, V, rec, who, "token id", "the vocabulary");
+  PT_CUDA_CHECK_LAUNCH();
 }
 
-void scatter_add(float* dwte, const float* dout, const int32_t* tokens, int64_t N, int64_t C) {
+void scatter_add(float* dwte, const float* dout, const int32_t* tokens, int64_t N, int64_t V, int64_t C) {
   launch_each(N * C, "embedding_backward", [=] __device__(int64_t i) {
     const int64_t n = i / C, c = i % C;
-    atomicAdd(dwte + static_cast<int64_t>(tokens[n]) * C + c, dout[i]);
+    const int32_t t = tokens[n];
+    if (t >= 0 && t < V) atomicAdd(dwte + static_cast<int64_t>(t) * C + c, dout[i]);
   });
 }
 
@@ -68,14 +82,15 @@ void embedding_forward(void* out, const int32_t* tokens, const void* wte, int64_
   auto* w = static_cast<const float*>(wte);
   launch_each(N * C, "embedding_forward", [=] __device__(int64_t i) {
     const int64_t n = i / C, c = i % C;
-    o[i] = w[static_cast<int64_t>(tokens[n]) * C + c];
+    const int32_t t = tokens[n];
+    o[i] = t >= 0 && t < V ? w[static_cast<int64_t>(t) * C + c] : NAN;
   });
 }
 
 void embedding_backward(void* dwte, const void* dout, const int32_t* tokens, int64_t N, int64_t V, int64_t C) {
   check_sizes(N, V, C, "embedding_backward");
   check_tokens(tokens, N, V, "embedding_backward");
-  scatter_add(static_cast<float*>(dwte), static_cast<const float*>(dout), tokens, N, C);
+  scatter_add(static_cast<float*>(dwte), static_cast<const float*>(dout), tokens, N, V, C);
 }
 
 void encoder_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int64_t B, int64_t T,
@@ -88,7 +103,8 @@ void encoder_forward(void* out, const int32_t* tokens, const void* wte, const vo
   auto* p = static_cast<const float*>(wpe);
   launch_each(B * T * C, "encoder_forward", [=] __device__(int64_t i) {
     const int64_t bt = i / C, c = i % C;
-    o[i] = w[static_cast<int64_t>(tokens[bt]) * C + c] + p[(bt % T) * C + c];
+    const int32_t t = tokens[bt];
+    o[i] = t >= 0 && t < V ? w[static_cast<int64_t>(t) * C + c] + p[(bt % T) * C + c] : NAN;
   });
 }
 

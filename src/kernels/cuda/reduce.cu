@@ -7,6 +7,7 @@
 // per-device mutex covers enqueue to read-back (two host threads cannot interleave).
 #include "kernels/cuda/basic.h"
 #include "kernels/cuda/launch.h"
+#include "paratrain/tensor/cuda_device_errors.h"
 
 namespace paratrain::kernels::cuda {
 namespace {
@@ -85,6 +86,7 @@ double reduce_sum(const void* x, int64_t n, const char* who) {
   double result = 0.0;
   PT_CUDA_CHECK(cudaMemcpyAsync(&result, st.partial + kBlocks, sizeof(double), cudaMemcpyDeviceToHost, s));
   PT_CUDA_CHECK(cudaStreamSynchronize(s));
+  ::paratrain::cuda::raise_device_errors();
   return result;
 }
 
@@ -112,6 +114,7 @@ bool all_finite(const void* x, int64_t n) {
   int bad = 0;
   PT_CUDA_CHECK(cudaMemcpyAsync(&bad, st.flag, sizeof(int), cudaMemcpyDeviceToHost, s));
   PT_CUDA_CHECK(cudaStreamSynchronize(s));
+  ::paratrain::cuda::raise_device_errors();
   return bad == 0;
 }
 

@@ -520,7 +520,7 @@ WorkPtr NcclProcessGroup::staged(const void* in, size_t in_bytes, void* out, siz
 WorkPtr NcclProcessGroup::allreduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   if (!device_memory(buf)) {
     const size_t bytes = count * dtype_size(dtype);
-    return staged(buf, bytes, buf, bytes, [=](const void*, void* d) { return allreduce(d, count, dtype, op); });
+    return staged(buf, bytes, buf, bytes, [=, this](const void*, void* d) { return allreduce(d, count, dtype, op); });
   }
   const ncclRedOp_t o = nccl_op(op);
   return collective({OpType::kAllreduce, dtype, count, -1, op, 0}, [=](ncclComm_t comm, cudaStream_t s) {
@@ -532,7 +532,7 @@ WorkPtr NcclProcessGroup::reduce_scatter(const void* in, void* out, size_t count
   if (!device_memory(in) || !device_memory(out)) {
     const size_t bytes = count * dtype_size(dtype);
     return staged(in, bytes * size_, out, bytes,
-                  [=](const void* i, void* o) { return reduce_scatter(i, o, count, dtype, op); });
+                  [=, this](const void* i, void* o) { return reduce_scatter(i, o, count, dtype, op); });
   }
   const ncclRedOp_t o = nccl_op(op);
   return collective({OpType::kReduceScatter, dtype, count, -1, op, 0}, [=](ncclComm_t comm, cudaStream_t s) {
@@ -543,7 +543,7 @@ WorkPtr NcclProcessGroup::reduce_scatter(const void* in, void* out, size_t count
 WorkPtr NcclProcessGroup::allgather(const void* in, void* out, size_t count, DType dtype) {
   if (!device_memory(in) || !device_memory(out)) {
     const size_t bytes = count * dtype_size(dtype);
-    return staged(in, bytes, out, bytes * size_, [=](const void* i, void* o) { return allgather(i, o, count, dtype); });
+    return staged(in, bytes, out, bytes * size_, [=, this](const void* i, void* o) { return allgather(i, o, count, dtype); });
   }
   return collective({OpType::kAllgather, dtype, count, -1, ReduceOp::kSum, 0}, [=](ncclComm_t comm, cudaStream_t s) {
     return ncclAllGather(in, out, count, nccl_type(dtype), comm, s);
@@ -553,7 +553,7 @@ WorkPtr NcclProcessGroup::allgather(const void* in, void* out, size_t count, DTy
 WorkPtr NcclProcessGroup::broadcast(void* buf, size_t count, DType dtype, int root) {
   if (!device_memory(buf)) {
     const size_t bytes = count * dtype_size(dtype);
-    return staged(buf, bytes, buf, bytes, [=](const void*, void* d) { return broadcast(d, count, dtype, root); });
+    return staged(buf, bytes, buf, bytes, [=, this](const void*, void* d) { return broadcast(d, count, dtype, root); });
   }
   check_rank(root, "broadcast: root");
   return collective({OpType::kBroadcast, dtype, count, root, ReduceOp::kSum, 0}, [=](ncclComm_t comm, cudaStream_t s) {
@@ -564,7 +564,7 @@ WorkPtr NcclProcessGroup::broadcast(void* buf, size_t count, DType dtype, int ro
 WorkPtr NcclProcessGroup::reduce(void* buf, size_t count, DType dtype, ReduceOp op, int root) {
   if (!device_memory(buf)) {
     const size_t bytes = count * dtype_size(dtype);
-    return staged(buf, bytes, buf, bytes, [=](const void*, void* d) { return reduce(d, count, dtype, op, root); });
+    return staged(buf, bytes, buf, bytes, [=, this](const void*, void* d) { return reduce(d, count, dtype, op, root); });
   }
   check_rank(root, "reduce: root");
   const ncclRedOp_t o = nccl_op(op);
@@ -577,7 +577,7 @@ WorkPtr NcclProcessGroup::reduce(void* buf, size_t count, DType dtype, ReduceOp 
 WorkPtr NcclProcessGroup::all_to_all(const void* in, void* out, size_t count, DType dtype) {
   if (!device_memory(in) || !device_memory(out)) {
     const size_t bytes = count * dtype_size(dtype) * size_;
-    return staged(in, bytes, out, bytes, [=](const void* i, void* o) { return all_to_all(i, o, count, dtype); });
+    return staged(in, bytes, out, bytes, [=, this](const void* i, void* o) { return all_to_all(i, o, count, dtype); });
   }
   const int n = size_;
   return collective({OpType::kAllToAll, dtype, count, -1, ReduceOp::kSum, 0}, [=](ncclComm_t comm, cudaStream_t s) {
