@@ -509,6 +509,17 @@ TEST(CudaBasicKernels, Embedding) {
   }
 }
 
+TEST(CudaBasicKernels, DropoutMaskIsTheCpuTwinsBytes) {
+  PT_REQUIRE_GPU();
+  for (int64_t n : {int64_t{1}, int64_t{255}, int64_t{100003}, int64_t{1} << 20}) {
+    std::vector<uint8_t> want(static_cast<size_t>(n));
+    R().dropout_mask.at(kCpu, DType::U8)(want.data(), 0xDEADBEEFull + static_cast<uint64_t>(n), 0.1f, n);
+    DevBuf d(static_cast<size_t>(n));
+    R().dropout_mask.at(kGpu, DType::U8)(static_cast<uint8_t*>(d.p), 0xDEADBEEFull + static_cast<uint64_t>(n), 0.1f, n);
+    ASSERT_EQ(d.get<uint8_t>(), want) << "n " << n;
+  }
+}
+
 TEST(CudaBasicKernels, Encoder) {
   PT_REQUIRE_GPU();
   const DType F = DType::F32;

@@ -38,6 +38,8 @@
 #include "paratrain/autograd/engine.h"
 #include "paratrain/autograd/ops.h"
 #include "paratrain/kernels/dispatch.h"
+#include "paratrain/kernels/registry.h"
+#include "paratrain/tensor/random.h"
 #include "paratrain/nn/generate.h"
 #include "paratrain/nn/gpt.h"
 #include "paratrain/optim/optimizer.h"
@@ -49,7 +51,7 @@ const DeviceSpec kGpu0{Device::CUDA, 0};
 
 nn::GPTConfig test_config() {
   nn::GPTConfig cfg = nn::GPTConfig::preset("gpt-nano");  // 2 layers, 2 heads, C 64, T 64, V 256
-  cfg.dropout = 0.1f;  // the masks come from the models' generators, seeded alike
+  cfg.dropout = 0.0f;  // a GPU draws other masks than the CPU (DropoutOnTheGpu below)
   return cfg;
 }
 
@@ -190,6 +192,37 @@ TEST(TrainOnGpu, OpsRefuseInputsOnTwoDevicesNamingBoth) {
     EXPECT_NE(std::string(e.what()).find("maxpool2d_forward"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("cuda"), std::string::npos) << e.what();
   }
+}
+
+// Dropout on a GPU: the mask is drawn there from one 64-bit key of the generator (the
+// counter-based dropout_mask), so the output is x * mask * 1/(1-p) with the mask the CPU twin
+// of the kernel computes from the same key, bit for bit; the generator moved by one draw; the
+// backward uses the same mask; about 1-p of the elements are kept.
+TEST(TrainOnGpu, DropoutOnTheGpuDrawsItsMaskThereFromOneKey) {
+  PT_REQUIRE_GPU();
+  const int64_t n = 100003;
+  const float p = 0.1f;
+  std::vector<float> xs(n);
+  for (int64_t i = 0; i < n; ++i) xs[i] = 0.5f + static_cast<float>(i % 97) * 0.01f;
+  Tensor x = Tensor::from_vector(xs, {n}).to(kGpu0).detach();
+  x.set_requires_grad(true);
+  Generator gen(5), twin(5);
+  Tensor y = ops::dropout(x, p, true, gen);
+  const uint64_t key = twin.next_u64();
+  EXPECT_EQ(gen.next_u64(), twin.next_u64()) << "the op takes exactly one draw";
+  std::vector<uint8_t> mask(n);
+  kernels::registry().dropout_mask.at(Device::CPU, DType::U8)(mask.data(), key, p, n);
+  const float s = 1.0f / (1.0f - p);
+  const std::vector<float> got = y.to_vector();
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got[i], xs[i] * static_cast<float>(mask[i]) * s) << "element " << i;
+    kept += mask[i];
+  }
+  EXPECT_NEAR(static_cast<double>(kept) / n, 1.0 - p, 0.005);  // ~5 sigma at n = 1e5
+  autograd::backward(ops::sum(y));
+  const std::vector<float> dx = x.grad().to_vector();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(dx[i], static_cast<float>(mask[i]) * s) << "gradient " << i;
 }
 
 TEST(TrainOnGpu, GptBf16AutocastForwardBackwardMatchesTheCpu) {

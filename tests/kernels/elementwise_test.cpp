@@ -178,6 +178,35 @@ TEST(Elementwise, Dropout) {
   }
 }
 
+// The counter-based mask: element i depends on (key, i) only (any split of the range gives the
+// same bytes), the kept fraction is 1 - p within 5 sigma, keys decorrelate, p = 0 keeps all.
+TEST(Elementwise, DropoutMaskFromOneKey) {
+  const int64_t n = 200001;
+  for (float p : {0.1f, 0.5f}) {
+    std::vector<uint8_t> a(n), b(n), c(n);
+    dropout_mask(a.data(), 12345, p, n);
+    dropout_mask(b.data(), 12345, p, n);
+    dropout_mask(c.data(), 12346, p, n);
+    EXPECT_EQ(a, b) << "the same key, the same mask";
+    int64_t kept = 0, same = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(a[i], dropout_keep(12345, i, p)) << i;
+      kept += a[i];
+      same += a[i] == c[i];
+    }
+    const double q = 1.0 - p, sigma = std::sqrt(q * p / n);
+    EXPECT_NEAR(static_cast<double>(kept) / n, q, 5 * sigma) << "p " << p;
+    // two keys agree where both keep or both drop: q^2 + p^2 of the elements
+    EXPECT_NEAR(static_cast<double>(same) / n, q * q + p * p, 0.01) << "p " << p;
+    std::vector<uint8_t> tail(n - 1000);
+    dropout_mask(tail.data(), 12345 + 1000 * 0x9E3779B97F4A7C15ull, p, n - 1000);
+    for (int64_t i = 0; i < 50; ++i) ASSERT_EQ(tail[i], a[i + 1000]) << "counter-based: element i is (key, i)";
+  }
+  std::vector<uint8_t> all(1000);
+  dropout_mask(all.data(), 7, 0.0f, 1000);
+  for (uint8_t m : all) ASSERT_EQ(m, 1);
+}
+
 TEST(Elementwise, Conversions) {
   for (int64_t n : kSizes) {
     auto x = randn(n, 5, 100.0f);

@@ -43,6 +43,7 @@ struct Registry {
   PT_KERNEL_TABLE(bias_backward);
   PT_KERNEL_TABLE(dropout_forward);
   PT_KERNEL_TABLE(dropout_backward);
+  PT_KERNEL_TABLE(dropout_mask);  // keyed by (device, U8)
   PT_KERNEL_TABLE(strided_add);
   // layernorm.h, softmax.h, attention.h, embedding.h, conv.h
   PT_KERNEL_TABLE(layernorm_forward);

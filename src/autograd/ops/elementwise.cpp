@@ -197,12 +197,16 @@ Tensor dropout(const Tensor& x_in, float p, bool training, Generator& gen) {
   Tensor x = float_contiguous(x_in, "dropout", "input");
   expect_same_device("dropout", {{"input", &x_in}});
   const int64_t n = x.numel();
-  // The mask is drawn on the host from `gen` (the same draws on every device, so a run on a
-  // GPU drops what the CPU run drops), then copied to x's device.
-  Tensor mask = Tensor::empty(x.shape(), DType::U8);
-  uint8_t* m = mask.data<uint8_t>();
-  for (int64_t i = 0; i < n; ++i) m[i] = gen.uniform_f32() >= p ? 1 : 0;
-  mask = mask.to(x.device_spec());
+  // On the CPU the mask is n draws of `gen`; on a GPU it is drawn there from one 64-bit key
+  // of `gen` (kernels' dropout_mask: counter-based, no host loop, no copy), so a GPU run drops
+  // other elements than the CPU run, reproducibly from the same generator state.
+  Tensor mask = x.new_empty(x.shape(), DType::U8);
+  if (x.device() == Device::CPU) {
+    uint8_t* m = mask.data<uint8_t>();
+    for (int64_t i = 0; i < n; ++i) m[i] = gen.uniform_f32() >= p ? 1 : 0;
+  } else {
+    kernel(&Registry::dropout_mask, mask)(mask.data<uint8_t>(), gen.next_u64(), p, n);
+  }
   const float s = 1.0f / (1.0f - p);
   Tensor out = x.new_empty(x.shape());
   kernel(&Registry::dropout_forward, x)(out.data_ptr(), x.data_ptr(), mask.data<uint8_t>(), s, n);

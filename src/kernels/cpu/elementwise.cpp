@@ -281,6 +281,11 @@ void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, float
     for (int64_t i = b; i < e; ++i) dinp[i] += dout[i] * static_cast<float>(mask[i]) * s;
   });
 }
+void dropout_mask(uint8_t* mask, uint64_t key, float p, int64_t n) {
+  each(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) mask[i] = dropout_keep(key, i, p);
+  });
+}
 
 // Conversions: the vectorised implementation chosen at run time (half_convert.cpp: AVX2 /
 // F16C where the CPU has them, scalar otherwise), threaded for large n.

@@ -38,6 +38,7 @@ void register_kernels(Registry& r) {
   PT_CPU_F32(bias_backward);
   PT_CPU_F32(dropout_forward);
   PT_CPU_F32(dropout_backward);
+  r.dropout_mask.set(C, DType::U8, erase<&cpu::dropout_mask>);
   PT_CPU_F32(strided_add);
   PT_CPU_F32(layernorm_forward);
   PT_CPU_F32(layernorm_backward);

@@ -57,6 +57,8 @@ template <DType T>
 void dropout_forward(void* out, const void* inp, const uint8_t* mask, float scale, int64_t n);
 template <DType T>
 void dropout_backward(void* dinp, const void* dout, const uint8_t* mask, float scale, int64_t n);
+// The counter-based mask of kernels/cpu/elementwise.h (the same bytes as the CPU's).
+void dropout_mask(uint8_t* mask, uint64_t key, float p, int64_t n);
 template <DType T>
 void strided_add(void* out, const void* inp, int ndim, const int64_t* sizes, const int64_t* strides);
 // Casts between f32 and T = BF16, F16 (cast_from_f32 writes T, cast_to_f32 reads T).

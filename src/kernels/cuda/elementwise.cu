@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/basic.h"
 #include "kernels/cuda/launch.h"
+#include "paratrain/kernels/cpu/elementwise.h"
 
 namespace paratrain::kernels::cuda {
 namespace {
@@ -264,6 +265,10 @@ void dropout_backward(void* dinp, const void* dout, const uint8_t* mask, float s
   launch_each(n, "dropout_backward", [=] __device__(int64_t i) {
     d[i] = Elem<T>::store(Elem<T>::load(d[i]) + Elem<T>::load(g[i]) * static_cast<float>(mask[i]) * s);
   });
+}
+
+void dropout_mask(uint8_t* mask, uint64_t key, float p, int64_t n) {
+  launch_each(n, "dropout_mask", [=] __device__(int64_t i) { mask[i] = cpu::dropout_keep(key, i, p); });
 }
 
 // The view has no two elements at one address (checked: no 0 stride), so no races.

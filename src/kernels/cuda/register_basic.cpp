@@ -36,6 +36,7 @@ void register_basic_kernels(Registry& r) {
   PT_CUDA_ALL(bias_backward);
   PT_CUDA_ALL(dropout_forward);
   PT_CUDA_ALL(dropout_backward);
+  r.dropout_mask.set(G, DType::U8, &cuda::dropout_mask);
   PT_CUDA_ALL(strided_add);
   PT_CUDA_ALL(sum);
   PT_CUDA_ALL(sum_squares);

@@ -55,6 +55,23 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C);
 void dropout_forward(float* out, const float* inp, const uint8_t* mask, float scale, int64_t n);
 // dinp += dout * mask * scale
 void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, float scale, int64_t n);
+// A mask drawn from one 64-bit key, counter-based (element i alone decides mask[i], so a GPU
+// draws it without a host loop or a copy): u_i = top 24 bits of splitmix64(key + (i + 1) *
+// 0x9E3779B97F4A7C15) / 2^24, mask[i] = u_i >= p. Integer arithmetic only: the CUDA kernel of
+// the same table gives the same bytes. Keyed by (device, U8) in the dispatch tables.
+void dropout_mask(uint8_t* mask, uint64_t key, float p, int64_t n);
+
+// One element of dropout_mask (host and device code).
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline uint8_t dropout_keep(uint64_t key, int64_t i, float p) {
+  uint64_t z = key + static_cast<uint64_t>(i + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f) >= p ? 1 : 0;
+}
 
 // ---- dtype conversions (round to nearest even, as PyTorch; NaN stays NaN; subnormals kept;
 // vectorised with AVX2/F16C when the CPU has them, chosen at run time): in, out (n) ----
