@@ -64,12 +64,7 @@ std::pair<Tensor, Tensor> batch(int k, DeviceSpec dev) {
 const DeviceSpec kCpu{Device::CPU, -1};
 const DeviceSpec kGpu{Device::CUDA, 0};
 
-std::shared_ptr<comm::ProcessGroup> one_rank_nccl() {
-  comm::ProcessGroupOptions o;
-  o.backend = "nccl";
-  o.timeout_s = 60;
-  return comm::create_process_group(std::make_shared<comm::HashStore>(), 0, 1, o);
-}
+using test::one_rank_nccl;
 
 // The reference: `micro` micro-batches on the CPU model, no DDP, seed 1/micro each; returns
 // each parameter's gradient by name.

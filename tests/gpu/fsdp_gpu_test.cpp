@@ -26,12 +26,7 @@ namespace {
 
 const DeviceSpec kGpu{Device::CUDA, 0};
 
-std::shared_ptr<comm::ProcessGroup> one_rank_nccl() {
-  comm::ProcessGroupOptions o;
-  o.backend = "nccl";
-  o.timeout_s = 60;
-  return comm::create_process_group(std::make_shared<comm::HashStore>(), 0, 1, o);
-}
+using test::one_rank_nccl;
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;

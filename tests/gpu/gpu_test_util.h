@@ -1,13 +1,17 @@
 // For tests/gpu: PT_REQUIRE_GPU() skips the test with "no CUDA GPU: <why>" where this process
 // sees no GPU (ctest reports it skipped); elsewhere the test runs on cuda:0. test::DevBuf: a
-// raw device buffer for the kernel tests.
+// raw device buffer for the kernel tests. test::one_rank_nccl(): a one-rank nccl group on the
+// current GPU (the data-parallel wrappers' device-side tests).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
+#include "paratrain/comm/process_group.h"
+#include "paratrain/comm/store.h"
 #include "paratrain/tensor/cuda.h"
 #include "paratrain/tensor/cuda_check.h"
 
@@ -45,5 +49,12 @@ struct DevBuf {
     return host;
   }
 };
+
+inline std::shared_ptr<comm::ProcessGroup> one_rank_nccl() {
+  comm::ProcessGroupOptions o;
+  o.backend = "nccl";
+  o.timeout_s = 60;
+  return comm::create_process_group(std::make_shared<comm::HashStore>(), 0, 1, o);
+}
 
 }  // namespace paratrain::test
