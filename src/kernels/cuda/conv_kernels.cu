@@ -2,6 +2,8 @@
 // col2im, the channel-major <-> image-major copies (with the bias), the bias gradient and
 // the max-pool scans. Grid-stride loops (launch.h) with int64 indices; T loads are exact
 // widenings to f32, T stores round once (Elem<T>, the CPU's rules).
+#include <cmath>
+
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/conv_kernels.h"
 #include "kernels/cuda/launch.h"
