@@ -4,12 +4,13 @@
 // gradients, and gradient buffers prefilled with non-zero values (the backward's +=).
 //
 // Tolerances, per element, with M = max |want| over the tensor:
-//   conv2d f32:  |got - want| <= 1e-5 |want| + 3e-5 M. Both sides are f32 GEMMs over the same
+//   conv2d f32:  |got - want| <= 1e-5 |want| + 5e-5 M. Both sides are f32 GEMMs over the same
 //                im2col values (cuBLASLt with exact f32 compute, no TF32); only the order of
 //                the K sums (up to Ci*K*K = 576 terms forward, N*Ho*Wo = 4096+ for dweight)
 //                and of the bias sum differ, a few ulps of the magnitudes summed, which scale
 //                with M. For the accumulated gradients the increments got - base and want -
 //                base are compared (M their largest), with 4 ulps of |base| for the adds.
+//                (With the CPU GEMM in place of cuBLASLt the worst case here was 5.5e-6 M.)
 //   conv2d bf16: 1e-2 |want| + 2e-3 M; f16: 2e-3 |want| + 2e-4 M. Both sides compute in f32 on
 //                the same widened values and round once (kernels/cpu/half.h), so they differ
 //                by the f32 order and at most one rounding flip (2^-8, 2^-11 relative).
@@ -44,7 +45,7 @@ constexpr Device kCpu = Device::CPU;
 struct Tolerance {
   double rtol, atol_frac;
 };
-constexpr Tolerance kF32Tol{1e-5, 3e-5};
+constexpr Tolerance kF32Tol{1e-5, 5e-5};
 constexpr Tolerance kBF16Tol{1e-2, 2e-3};
 constexpr Tolerance kF16Tol{2e-3, 2e-4};
 
