@@ -26,8 +26,7 @@ DeviceSpec place_training(const TrainConfig& cfg, const comm::JobEnv& job) {
   return d;
 }
 
-void check_layout_on_device(const TrainConfig& c, const parallel::MeshShape& shape, const DeviceSpec& device,
-                            bool builtin) {
+void check_layout_on_device(const TrainConfig& c, const parallel::MeshShape& shape, const DeviceSpec& device) {
   if (device.kind == Device::CPU) return;
   const std::string on = "--device " + c.device;
   const char* use_cpu = " yet (use --device cpu for it)";
@@ -40,9 +39,6 @@ void check_layout_on_device(const TrainConfig& c, const parallel::MeshShape& sha
   if (c.balance == "auto") PT_THROW(InputError, "--balance auto does not run with ", on, use_cpu);
   if (shape.world() > 1 && c.deterministic)
     PT_THROW(InputError, "--deterministic with ", on, ": nccl has no rank-ordered reduction (use --device cpu)");
-  if (builtin && c.model == "cnn")
-    PT_THROW(InputError, "--model cnn does not run with ", on, " yet: there is no CUDA convolution kernel (use --model mlp "
-             "or a GPT model, or --device cpu)");
 }
 
 std::string backend_on(const TrainConfig& c, const DeviceSpec& device) {

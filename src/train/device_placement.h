@@ -25,9 +25,9 @@ namespace paratrain::train {
 DeviceSpec place_training(const TrainConfig& cfg, const comm::JobEnv& job);
 
 // The combinations that do not run on a GPU yet: InputError naming the option and what to
-// use instead. Nothing to check on the CPU.
-void check_layout_on_device(const TrainConfig& cfg, const parallel::MeshShape& shape, const DeviceSpec& device,
-                            bool builtin);
+// use instead. Nothing to check on the CPU. Every built-in model runs on a GPU (the CNN's
+// convolution and max-pool have CUDA kernels), so only the layout and its options matter.
+void check_layout_on_device(const TrainConfig& cfg, const parallel::MeshShape& shape, const DeviceSpec& device);
 
 // The process-group backend for `cfg.backend` on `device`: auto is nccl for GPU tensors
 // (the default choice, shm/tcp, otherwise); shm, tcp and mpi move host memory, so on a GPU

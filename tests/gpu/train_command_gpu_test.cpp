@@ -1,15 +1,18 @@
 // `paratrain train --device cuda`, end to end through the binary: the losses of a GPU run
-// against the same run on the CPU, mixed precision on the GPU, an exact resume there, the
-// metrics' device figures, and DDP over nccl when the machine has two GPUs. Skips without a
-// GPU (PT_REQUIRE_GPU).
+// against the same run on the CPU (gpt-nano, and the CNN classifier on a small set in
+// Fashion-MNIST's format written by the test), mixed precision on the GPU, an exact resume
+// there, the metrics' device figures, and DDP over nccl when the machine has two GPUs. Skips
+// without a GPU (PT_REQUIRE_GPU).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -51,10 +54,50 @@ class TrainCommandOnGpu : public ::testing::Test {
   std::string dir_;
 };
 
+// Fashion-MNIST's IDX files (uncompressed, which the loader accepts) in `dir`: `train` and
+// `test` 28x28 images whose class (0..9) is a bright band of rows at 2*class..2*class+5 over
+// noise, so a few steps of the CNN learn it.
+void write_image_set(const std::string& dir, int train, int test) {
+  auto be32 = [](std::ofstream& f, uint32_t v) {
+    const unsigned char b[4] = {static_cast<unsigned char>(v >> 24), static_cast<unsigned char>(v >> 16),
+                                static_cast<unsigned char>(v >> 8), static_cast<unsigned char>(v)};
+    f.write(reinterpret_cast<const char*>(b), 4);
+  };
+  uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (const auto& [prefix, count] : {std::pair<std::string, int>{"train", train}, {"t10k", test}}) {
+    std::ofstream images(dir + "/" + prefix + "-images-idx3-ubyte", std::ios::binary);
+    std::ofstream labels(dir + "/" + prefix + "-labels-idx1-ubyte", std::ios::binary);
+    be32(images, 2051), be32(images, static_cast<uint32_t>(count)), be32(images, 28), be32(images, 28);
+    be32(labels, 2049), be32(labels, static_cast<uint32_t>(count));
+    for (int i = 0; i < count; ++i) {
+      const int label = static_cast<int>((next() >> 16) % 10);
+      labels.put(static_cast<char>(label));
+      for (int r = 0; r < 28; ++r)
+        for (int c = 0; c < 28; ++c) {
+          const int noise = static_cast<int>((next() >> 16) % 60);
+          const bool band = r >= 2 * label && r < 2 * label + 6;
+          images.put(static_cast<char>(band ? 180 + noise : noise));
+        }
+    }
+  }
+}
+
 std::vector<double> losses(const std::vector<nlohmann::json>& m) {
   std::vector<double> out;
   for (const auto& j : m) out.push_back(j["loss"].get<double>());
   return out;
+}
+
+// The accuracy of the last evaluation line of a metrics file (-1 without one).
+double accuracy(const std::string& metrics) {
+  double acc = -1;
+  std::ifstream in(metrics);
+  for (std::string l; std::getline(in, l);) {
+    auto j = nlohmann::json::parse(l);
+    if (j.contains("eval") && j.contains("accuracy")) acc = j["accuracy"].get<double>();
+  }
+  return acc;
 }
 
 }  // namespace
@@ -113,6 +156,41 @@ TEST_F(TrainCommandOnGpu, ResumesExactly) {
   const auto w = test::run_paratrain(base(2) + " --device cuda --save-final " + path("w.safetensors"), 300);
   ASSERT_EQ(w.rc, 0) << w.out;
   EXPECT_TRUE(fs::exists(path("w.safetensors")));
+}
+
+// The CNN classifier (conv2d and max-pool kernels on the GPU) follows the CPU's run: the same
+// images, initialisation and AdamW; f32 on both sides, only summation orders differ (the
+// GEMMs of the convolutions and linear layers, the bias and loss reductions), ~1e-6 relative
+// per step. A max-pool whose two largest values sit within rounding could route one gradient
+// elsewhere (a rare, small change), so 1e-3 relative over 6 steps leaves room for that too.
+// The test-set accuracy is computed from the GPU's logits and equals the CPU's up to a
+// near-tie image or two.
+TEST_F(TrainCommandOnGpu, CnnFollowsTheCpuRun) {
+  PT_REQUIRE_GPU();
+  write_image_set(dir_, 512, 200);
+  const std::string args = "train --model cnn --dataset fashion-mnist --data-dir " + dir_ +
+                           " --steps 6 --micro-batch 32 --grad-accum 2 --lr 2e-3 --seed 3 --quiet";
+  const auto cpu = train(args + " --device cpu", "cnn_cpu.jsonl");
+  const auto gpu = train(args + " --device cuda", "cnn_gpu.jsonl");
+  ASSERT_EQ(cpu.size(), 6u);
+  ASSERT_EQ(gpu.size(), 6u);
+  for (size_t s = 0; s < 6; ++s) {
+    const double a = cpu[s]["loss"], b = gpu[s]["loss"];
+    EXPECT_NEAR(b, a, 1e-3 * std::abs(a)) << "step " << s + 1;
+    EXPECT_NEAR(gpu[s]["grad_norm"].get<double>(), cpu[s]["grad_norm"].get<double>(),
+                1e-3 * cpu[s]["grad_norm"].get<double>())
+        << "step " << s + 1;
+  }
+  EXPECT_EQ(gpu[0]["device"], "cuda:0");
+  EXPECT_LT(gpu.back()["loss"].get<double>(), gpu.front()["loss"].get<double>());
+  const double cpu_acc = accuracy(path("cnn_cpu.jsonl")), gpu_acc = accuracy(path("cnn_gpu.jsonl"));
+  ASSERT_GE(gpu_acc, 0.0) << "no evaluation line in the GPU run's metrics";
+  EXPECT_NEAR(gpu_acc, cpu_acc, 2.0 / 200);
+  // bf16 autocast runs the convolutions in bf16 on the GPU, and learns as well.
+  const auto bf16 = losses(train(args + " --device cuda --precision bf16", "cnn_bf16.jsonl"));
+  ASSERT_EQ(bf16.size(), 6u);
+  for (double l : bf16) EXPECT_TRUE(std::isfinite(l));
+  EXPECT_NEAR(bf16.back(), gpu.back()["loss"].get<double>(), 0.05 * gpu.back()["loss"].get<double>());
 }
 
 // Two ranks on two GPUs (cuda:LOCAL_RANK) over nccl against one GPU taking both halves of

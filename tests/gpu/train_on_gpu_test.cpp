@@ -20,6 +20,16 @@
 // parameter's update by 2 lr; with 1e-3 an update is off by at most the gradient's error,
 // a few ulps of the largest gradient (~1e-6 for gradients up to 1).
 //
+// The CNN classifier (conv, ReLU, max-pool twice, two linear layers) is compared the same way
+// after one step. Its max-pools are discrete: a pool window whose two largest values are
+// within rounding of each other could pick different inputs on the two sides and route a
+// gradient elsewhere. So the images are on a 1/8 grid and the convolutions' weights and
+// biases on 2^-6 (conv1) and 2^-7 (conv2) grids: every product and partial sum of the two
+// convolutions is then exact in f32 (at most ~21 significant bits), in any summation order,
+// so both sides pool identical values (ties resolve alike) and only the linear layers and
+// the gradient sums differ by rounding. Under bf16 autocast those values are exact in bf16
+// too.
+//
 // bf16 autocast: the GEMMs and attention run in bf16 on both sides, each product rounded to
 // bf16 (2^-8 relative) after f32 accumulation, so a different summation order flips
 // roundings; the comparison is per tensor, ||got - want|| <= 3e-2 ||want|| (L2), and the loss
@@ -39,10 +49,11 @@
 #include "paratrain/autograd/ops.h"
 #include "paratrain/kernels/dispatch.h"
 #include "paratrain/kernels/registry.h"
-#include "paratrain/tensor/random.h"
+#include "paratrain/nn/classifiers.h"
 #include "paratrain/nn/generate.h"
 #include "paratrain/nn/gpt.h"
 #include "paratrain/optim/optimizer.h"
+#include "paratrain/tensor/random.h"
 
 namespace paratrain {
 namespace {
@@ -186,10 +197,10 @@ TEST(TrainOnGpu, OpsRefuseInputsOnTwoDevicesNamingBoth) {
   EXPECT_EQ(y.to_vector(), std::vector<float>(12, 1.0f));  // 8 * 0.5 * 0.25, exact in f32
   // A CPU-only kernel says so by name and device.
   try {
-    ops::max_pool2d(Tensor::zeros({1, 1, 4, 4}, DType::F32, kGpu0), 2, 2, 0);
-    ADD_FAILURE() << "max_pool2d ran on cuda:0, which has no kernel for it";
+    kernels::kernel(&kernels::Registry::softmax_row_max, Tensor::zeros({1, 4}, DType::F32, kGpu0));
+    ADD_FAILURE() << "softmax_row_max has a kernel on cuda:0";
   } catch (const kernels::NoKernelError& e) {
-    EXPECT_NE(std::string(e.what()).find("maxpool2d_forward"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("softmax_row_max"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("cuda"), std::string::npos) << e.what();
   }
 }
@@ -254,6 +265,99 @@ TEST(TrainOnGpu, GptBf16AutocastForwardBackwardMatchesTheCpu) {
     expect_close_l2(gpu_params[i].first + " grad", g, cpu_params[i].second.grad(), 3e-2);
   }
   EXPECT_GT(gpu_cache.size(), 0u);  // the weights' bf16 copies were made, on the GPU
+}
+
+// A CNN pair built from one seed, the convolutions' parameters on the grids of the header
+// (so that both sides' convolutions are exact), the GPU one moved to cuda:0.
+struct CnnPair {
+  nn::CNNClassifier cpu{5}, gpu{5};
+  CnnPair() {
+    autograd::NoGradGuard ng;
+    auto snap = [](nn::Conv2d& conv, float grid) {
+      for (Tensor* p : {&conv.weight, &conv.bias}) {
+        std::vector<float> v = p->to_vector();
+        for (float& x : v) x = std::nearbyint(x * grid) / grid;
+        p->copy_(Tensor::from_vector(v, p->shape()));
+      }
+    };
+    snap(*cpu.conv1, 64.0f);
+    snap(*cpu.conv2, 128.0f);
+    gpu.load_state_dict(cpu.state_dict());
+    gpu.to(kGpu0);
+  }
+};
+
+// (N,1,28,28) images on a 1/8 grid in [-1, 2] and labels 0..9, fixed seed.
+std::pair<Tensor, Tensor> image_batch(int64_t N) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> level(-8, 16), label(0, 9);
+  std::vector<float> x(static_cast<size_t>(N * 28 * 28));
+  std::vector<int32_t> y(static_cast<size_t>(N));
+  for (auto& v : x) v = static_cast<float>(level(rng)) / 8.0f;
+  for (auto& v : y) v = label(rng);
+  return {Tensor::from_vector(x, {N, 1, 28, 28}), Tensor::from_vector_i32(y, {N})};
+}
+
+TEST(TrainOnGpu, CnnF32ForwardBackwardAndAdamWMatchTheCpu) {
+  PT_REQUIRE_GPU();
+  CnnPair m;
+  ASSERT_TRUE(on_gpu0(m.gpu.conv1->weight));
+  ASSERT_TRUE(on_gpu0(m.gpu.fc2->bias));
+  auto [images, labels] = image_batch(6);
+  const auto cpu_params = m.cpu.named_parameters(), gpu_params = m.gpu.named_parameters();
+  optim::AdamWOptions opts;
+  opts.lr = 1e-3;
+  opts.eps = 1e-3;  // see the header
+  opts.weight_decay = 0.1;
+  optim::AdamW cpu_opt(cpu_params, opts), gpu_opt(gpu_params, opts);
+  Tensor cpu_loss = m.cpu.loss(images, labels);
+  Tensor gpu_loss = m.gpu.loss(images.to(kGpu0), labels.to(kGpu0));
+  ASSERT_TRUE(on_gpu0(gpu_loss));
+  EXPECT_NEAR(gpu_loss.item(), cpu_loss.item(), 1e-4 * std::fabs(cpu_loss.item()));
+  // The logits too (the accuracy evaluation reads them).
+  {
+    autograd::NoGradGuard ng;
+    expect_close("logits", m.gpu.forward(images.to(kGpu0)), m.cpu.forward(images), 1e-4, 1e-5, 0.0);
+  }
+  autograd::backward(cpu_loss);
+  autograd::backward(gpu_loss);
+  ASSERT_EQ(gpu_params.size(), 8u);  // conv1, conv2, fc1, fc2: weight and bias each
+  for (size_t i = 0; i < gpu_params.size(); ++i) {
+    const Tensor g = gpu_params[i].second.grad();
+    ASSERT_TRUE(on_gpu0(g)) << gpu_params[i].first << " grad " << (g.defined() ? g.to_string() : "undefined");
+    expect_close(gpu_params[i].first + " grad", g, cpu_params[i].second.grad(), 1e-4, 1e-5, 0.0);
+  }
+  cpu_opt.step();
+  gpu_opt.step();
+  for (size_t i = 0; i < gpu_params.size(); ++i)
+    expect_close(gpu_params[i].first, gpu_params[i].second, cpu_params[i].second, 1e-5, 0.0, 5e-6);
+}
+
+TEST(TrainOnGpu, CnnBf16AutocastForwardBackwardMatchesTheCpu) {
+  PT_REQUIRE_GPU();
+  CnnPair m;
+  auto [images, labels] = image_batch(6);
+  autograd::WeightCastCache cpu_cache, gpu_cache;
+  Tensor cpu_loss, gpu_loss;
+  {
+    autograd::AutocastGuard cast(DType::BF16, &cpu_cache);
+    cpu_loss = m.cpu.loss(images, labels);
+  }
+  {
+    autograd::AutocastGuard cast(DType::BF16, &gpu_cache);
+    gpu_loss = m.gpu.loss(images.to(kGpu0), labels.to(kGpu0));
+  }
+  EXPECT_NEAR(gpu_loss.item(), cpu_loss.item(), 1e-2 * std::fabs(cpu_loss.item()));
+  autograd::backward(cpu_loss);
+  autograd::backward(gpu_loss);
+  const auto cpu_params = m.cpu.named_parameters(), gpu_params = m.gpu.named_parameters();
+  for (size_t i = 0; i < gpu_params.size(); ++i) {
+    const Tensor g = gpu_params[i].second.grad();
+    ASSERT_TRUE(on_gpu0(g)) << gpu_params[i].first;
+    EXPECT_EQ(g.dtype(), DType::F32) << gpu_params[i].first;
+    expect_close_l2(gpu_params[i].first + " grad", g, cpu_params[i].second.grad(), 3e-2);
+  }
+  EXPECT_GT(gpu_cache.size(), 0u);
 }
 
 }  // namespace

@@ -35,21 +35,21 @@ std::string refusal(F&& f) {
 }
 
 void expect_refused(const TrainConfig& c, const parallel::MeshShape& shape, const std::string& needle) {
-  const std::string why = refusal([&] { check_layout_on_device(c, shape, kGpu, true); });
+  const std::string why = refusal([&] { check_layout_on_device(c, shape, kGpu); });
   EXPECT_NE(why.find(needle), std::string::npos) << "expected '" << needle << "' in: '" << why << "'";
   EXPECT_NE(why.find("--device cuda"), std::string::npos) << why;
   // The same configuration on the CPU is not this check's business.
-  EXPECT_EQ(refusal([&] { check_layout_on_device(c, shape, kCpu, true); }), "");
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, shape, kCpu); }), "");
 }
 
 }  // namespace
 
 TEST(DevicePlacement, LayoutsThatDoNotRunOnAGpuAreRefusedByName) {
   TrainConfig c = gpu_config();
-  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {1, 1, 1}, kGpu, true); }), "");
-  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {4, 1, 1}, kGpu, true); }), "");  // DDP
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {1, 1, 1}, kGpu); }), "");
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {4, 1, 1}, kGpu); }), "");  // DDP
   c.zero = 2;
-  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu, true); }), "");  // ZeRO 2
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu); }), "");  // ZeRO 2
   expect_refused(gpu_config(), {1, 2, 1}, "--tp 2");
   expect_refused(gpu_config(), {1, 1, 2}, "--pp 2");
   c = gpu_config(), c.zero = 3;
@@ -70,10 +70,23 @@ TEST(DevicePlacement, LayoutsThatDoNotRunOnAGpuAreRefusedByName) {
   expect_refused(c, {2, 1, 1}, "--balance auto");
   c = gpu_config(), c.deterministic = true;
   expect_refused(c, {2, 1, 1}, "--deterministic");
-  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {1, 1, 1}, kGpu, true); }), "");  // one rank: nothing to order
-  c = gpu_config(), c.model = "cnn";
-  expect_refused(c, {1, 1, 1}, "convolution");
-  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {1, 1, 1}, kGpu, false); }), "");  // a user's task named cnn
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {1, 1, 1}, kGpu); }), "");  // one rank: nothing to order
+}
+
+// Every built-in model has its kernels on a GPU: the CNN (conv2d, max-pool) and the MLP run
+// there alone and with DDP/ZeRO like the GPT models.
+TEST(DevicePlacement, EveryBuiltinModelRunsOnAGpu) {
+  for (const char* model : {"gpt-nano", "gpt-mini", "mlp", "cnn"}) {
+    TrainConfig c = gpu_config();
+    c.model = model;
+    EXPECT_EQ(refusal([&] { check_layout_on_device(c, {1, 1, 1}, kGpu); }), "") << model;
+    EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu); }), "") << model;  // DDP
+    c.zero = 2;
+    EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu); }), "") << model;
+    // and the layouts refused for every model are refused for it too
+    c.zero = 0;
+    expect_refused(c, {1, 2, 1}, "--tp 2");
+  }
 }
 
 TEST(DevicePlacement, AutoMeansNcclOnAGpuAndHostBackendsAreRefusedThere) {
