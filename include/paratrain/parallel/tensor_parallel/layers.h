@@ -70,6 +70,14 @@ class VocabParallelEmbedding final : public nn::Embedding {
 
  private:
   Tensor local_logits(const Tensor& hidden) const;
+  // The (B, Tl) position ids first..first+Tl-1 on `device`, kept for the next call of that shape.
+  const Tensor& position_ids(int64_t B, int64_t Tl, int64_t first, const DeviceSpec& device) const;
+  struct PositionIds {
+    int64_t B = 0, Tl = 0, first = 0;
+    DeviceSpec device;
+    Tensor ids;
+  };
+  mutable PositionIds positions_;
   int64_t vocab_ = 0, start_ = 0, rows_ = 0;
   std::shared_ptr<TpGroup> tp_;
   bool sp_;
