@@ -31,7 +31,6 @@ void check_layout_on_device(const TrainConfig& c, const parallel::MeshShape& sha
   if (device.kind == Device::CPU) return;
   const std::string on = "--device " + c.device;
   const char* use_cpu = " yet (use --device cpu for it)";
-  if (shape.tp > 1) PT_THROW(InputError, "--tp ", shape.tp, ": tensor parallelism does not run with ", on, use_cpu);
   if (shape.pp > 1) PT_THROW(InputError, "--pp ", shape.pp, ": pipeline parallelism does not run with ", on, use_cpu);
   if (c.zero == 3) PT_THROW(InputError, "--zero 3 does not run with ", on, " yet (use --zero 1 or 2, or --device cpu)");
   if (c.compress != "none")

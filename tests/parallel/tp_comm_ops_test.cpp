@@ -197,11 +197,11 @@ TEST(TpCommOps, TpGroupTensorCollectivesCopyOnOneRankAndCheckTheirBuffers) {
     Tensor all = Tensor::zeros({2, 2});
     tp.allgather(mine, all);
     EXPECT_EQ(all.to_vector(), (std::vector<float>{0, 10, 1, 11}));
-    Tensor part = Tensor::zeros({1});
+    Tensor part = Tensor::zeros({2});  // block r of the gathered (equal on both ranks), twice
     tp.reduce_scatter(all, part);
-    EXPECT_EQ(part.to_vector(), (std::vector<float>{tp.rank() == 0 ? 0.0f : 20.0f}));
+    EXPECT_EQ(part.to_vector(), tp.rank() == 0 ? (std::vector<float>{0, 20}) : (std::vector<float>{2, 22}));
     EXPECT_EQ(tp.stats().calls, 2);
-    EXPECT_EQ(tp.stats().bytes, 2 * 4 * 2 + 2 * 4);
+    EXPECT_EQ(tp.stats().bytes, 2 * (2 * 4 * 2));  // each: its full buffer per rank
   });
   for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }

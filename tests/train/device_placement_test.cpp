@@ -44,13 +44,22 @@ void expect_refused(const TrainConfig& c, const parallel::MeshShape& shape, cons
 
 }  // namespace
 
-TEST(DevicePlacement, LayoutsThatDoNotRunOnAGpuAreRefusedByName) {
+TEST(DevicePlacement, LayoutsThatDoNotRunOnAGpuAreRefusedByNameAndTensorParallelismRuns) {
   TrainConfig c = gpu_config();
   EXPECT_EQ(refusal([&] { check_layout_on_device(c, {1, 1, 1}, kGpu, true); }), "");
   EXPECT_EQ(refusal([&] { check_layout_on_device(c, {4, 1, 1}, kGpu, true); }), "");  // DDP
   c.zero = 2;
   EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu, true); }), "");  // ZeRO 2
-  expect_refused(gpu_config(), {1, 2, 1}, "--tp 2");
+  // Tensor parallelism, with and without the sequence split, alone and with DDP / ZeRO.
+  EXPECT_EQ(refusal([&] { check_layout_on_device(gpu_config(), {1, 2, 1}, kGpu, true); }), "");
+  c = gpu_config(), c.sequence_parallel = true;
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {1, 2, 1}, kGpu, true); }), "");
+  c = gpu_config(), c.zero = 1;
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 2, 1}, kGpu, true); }), "");
+  // ... but not where another option is refused: the refusal names that option.
+  c = gpu_config(), c.zero = 3;
+  expect_refused(c, {2, 2, 1}, "--zero 3");
+  expect_refused(gpu_config(), {1, 2, 2}, "--pp 2");
   expect_refused(gpu_config(), {1, 1, 2}, "--pp 2");
   c = gpu_config(), c.zero = 3;
   expect_refused(c, {2, 1, 1}, "--zero 3");
