@@ -57,8 +57,6 @@ TEST(DevicePlacement, LayoutsThatDoNotRunOnAGpuAreRefusedByNameAndTensorParallel
   c = gpu_config(), c.zero = 1;
   EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 2, 1}, kGpu, true); }), "");
   // ... but not where another option is refused: the refusal names that option.
-  c = gpu_config(), c.zero = 3;
-  expect_refused(c, {2, 2, 1}, "--zero 3");
   expect_refused(gpu_config(), {1, 2, 2}, "--pp 2");
   expect_refused(gpu_config(), {1, 1, 2}, "--pp 2");
   c = gpu_config(), c.zero = 3;
