@@ -20,6 +20,11 @@
 //                         the mask one process would draw, so masks do not depend on the
 //                         layout.
 //
+// Devices: a layer lives on the device of the whole layer it was built from (its slices are
+// cut on the host and copied there, once) and computes there with the kernels of its tensors'
+// device: the vocabulary-parallel lookup is the vocab_embedding kernel pair (token ids checked
+// against the whole vocabulary; a GPU waits for that check, as nn::Embedding's does).
+//
 // Thread-safety and lifetime: as nn::Module; the TpGroup is shared.
 #pragma once
 
