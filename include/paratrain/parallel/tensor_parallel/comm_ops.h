@@ -67,10 +67,11 @@ class TpGroup {
   // does not wait. Raw pointers: `count` elements of `dtype`, host or device memory of the
   // group's device. With one rank allreduce does nothing.
   void allreduce(void* buf, size_t count, DType dtype, comm::ReduceOp op = comm::ReduceOp::kSum);
-  // Tensors: contiguous, one dtype and device (InputError otherwise). `in` (any shape) ->
-  // `out` with out.numel() == size() * in.numel(): rank i's `in` at element offset
-  // i * in.numel(). With one rank: a copy.
+  // Tensors: contiguous (InputError otherwise); in and out of one dtype and device.
+  // `buf` in place: the reduction over ranks.
   void allreduce(Tensor& buf, comm::ReduceOp op = comm::ReduceOp::kSum);
+  // `in` (any shape) -> `out` with out.numel() == size() * in.numel(): rank i's `in` at
+  // element offset i * in.numel(). With one rank: a copy.
   void allgather(const Tensor& in, Tensor& out);
   // `in` with in.numel() == size() * out.numel(): `out` = the sum over ranks of block rank()
   // of `in`. With one rank: a copy.
