@@ -242,6 +242,30 @@ void for_each_offset(const Shape& shape, const Shape& strides, Fn&& fn) {
   }
 }
 
+// dst and src of one shape and dtype, both with innermost stride 1: memcpy of each
+// innermost run, the outer dimensions walked row-major.
+void copy_inner_runs(Tensor& dst, const Tensor& src) {
+  const Shape& shape = dst.shape();
+  const int64_t nd = static_cast<int64_t>(shape.size());
+  const size_t run = static_cast<size_t>(shape[nd - 1]) * dtype_size(dst.dtype());
+  const int64_t esz = static_cast<int64_t>(dtype_size(dst.dtype()));
+  auto* d = static_cast<char*>(dst.data_ptr());
+  const auto* s = static_cast<const char*>(src.data_ptr());
+  std::vector<int64_t> idx(static_cast<size_t>(nd), 0);
+  int64_t doff = 0, soff = 0;  // elements
+  for (int64_t r = 0, runs = dst.numel() / shape[nd - 1]; r < runs; ++r) {
+    std::memcpy(d + doff * esz, s + soff * esz, run);
+    for (int64_t k = nd - 2; k >= 0; --k) {
+      if (++idx[k] < shape[k]) {
+        doff += dst.stride(k), soff += src.stride(k);
+        break;
+      }
+      doff -= dst.stride(k) * (shape[k] - 1), soff -= src.stride(k) * (shape[k] - 1);
+      idx[k] = 0;
+    }
+  }
+}
+
 }  // namespace
 
 double Tensor::item() const {
@@ -412,6 +436,14 @@ void Tensor::copy_(const Tensor& src) {
     float* d = data<float>();
     const uint16_t* s = src.data<uint16_t>();
     for (int64_t i = 0, n = numel(); i < n; ++i) d[i] = bf16_to_f32(s[i]);
+    return;
+  }
+  // The same dtype, both innermost dimensions dense, different storages: the bytes of each
+  // innermost run at once (views of one storage take the general path, which reads every
+  // element before writing any).
+  if (src.dtype_ == dtype_ && src.storage_ != storage_ && dim() > 0 && strides_.back() == 1 &&
+      src.strides_.back() == 1) {
+    copy_inner_runs(*this, src);
     return;
   }
   // General path: gather src elements in row-major order, then scatter into this layout.

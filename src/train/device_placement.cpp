@@ -30,7 +30,6 @@ void check_layout_on_device(const TrainConfig& c, const parallel::MeshShape& sha
   if (device.kind == Device::CPU) return;
   const std::string on = "--device " + c.device;
   const char* use_cpu = " yet (use --device cpu for it)";
-  if (shape.tp > 1) PT_THROW(InputError, "--tp ", shape.tp, ": tensor parallelism does not run with ", on, use_cpu);
   if (shape.pp > 1) PT_THROW(InputError, "--pp ", shape.pp, ": pipeline parallelism does not run with ", on, use_cpu);
   // fp16/bf16 casts run on the device (DDP's buckets, ZeRO 3's collectives); PowerSGD's factor
   // arithmetic is host code

@@ -1,8 +1,8 @@
 // `paratrain train --device cuda`, end to end through the binary: the losses of a GPU run
 // against the same run on the CPU (gpt-nano, and the CNN classifier on a small set in
 // Fashion-MNIST's format written by the test), mixed precision on the GPU, an exact resume
-// there, the metrics' device figures, and DDP over nccl when the machine has two GPUs. Skips
-// without a GPU (PT_REQUIRE_GPU).
+// there, the metrics' device figures, and DDP, ZeRO 3 and tensor parallelism over nccl when
+// the machine has two GPUs. Skips without a GPU (PT_REQUIRE_GPU).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -191,6 +191,38 @@ TEST_F(TrainCommandOnGpu, CnnFollowsTheCpuRun) {
   ASSERT_EQ(bf16.size(), 6u);
   for (double l : bf16) EXPECT_TRUE(std::isfinite(l));
   EXPECT_NEAR(bf16.back(), gpu.back()["loss"].get<double>(), 0.05 * gpu.back()["loss"].get<double>());
+}
+
+// --tp 2 on two GPUs (cuda:LOCAL_RANK, nccl) against --tp 2 on the CPU (shm): the same cut
+// model, data and AdamW; only the summation order of the GEMMs, reductions, attention and the
+// embedding/LayerNorm atomics differs (f32 both, no TF32; two ranks add a + b either way), as
+// in F32FollowsTheCpuRunAndReportsTheGpu, so 6 steps stay within 1e-3 relative; plain and
+// with --sequence-parallel (without dropout: a GPU draws other masks than the CPU).
+TEST_F(TrainCommandOnGpu, TensorParallelOnTwoGpusFollowsTheCpu) {
+  PT_REQUIRE_GPU();
+  if (cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, this machine has " << cuda::device_count();
+  const std::string launch = "launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) +
+                             " train --model gpt-nano --data " + path("tokens.bin") +
+                             " --steps 6 --micro-batch 4 --grad-accum 2 --lr 1e-3 --grad-clip 1.0 --seed 3 --quiet --tp 2";
+  for (const std::string extra : {"", " --sequence-parallel"}) {
+    SCOPED_TRACE("--tp 2" + extra);
+    const auto cpu = train(launch + extra + " --device cpu", "tp_cpu.jsonl");
+    const auto gpu = train(launch + extra + " --device cuda", "tp_gpu.jsonl");
+    ASSERT_EQ(cpu.size(), 6u);
+    ASSERT_EQ(gpu.size(), 6u);
+    for (size_t s = 0; s < 6; ++s) {
+      const double a = cpu[s]["loss"], b = gpu[s]["loss"];
+      EXPECT_NEAR(b, a, 1e-3 * std::abs(a)) << "step " << s + 1;
+      EXPECT_NEAR(gpu[s]["grad_norm"].get<double>(), cpu[s]["grad_norm"].get<double>(),
+                  1e-3 * cpu[s]["grad_norm"].get<double>())
+          << "step " << s + 1;
+    }
+    EXPECT_EQ(gpu[0]["device"], "cuda:0");
+    EXPECT_GT(gpu[0]["tp_comm_calls"].get<int64_t>(), 0);
+    EXPECT_EQ(gpu[0]["tp_comm_bytes"], cpu[0]["tp_comm_bytes"]);  // the same collectives
+    fs::remove(path("tp_cpu.jsonl"));
+    fs::remove(path("tp_gpu.jsonl"));
+  }
 }
 
 // Two ranks on two GPUs (cuda:LOCAL_RANK) over nccl against one GPU taking both halves of

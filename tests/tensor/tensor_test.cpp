@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "paratrain/tensor/random.h"
 
@@ -73,4 +74,47 @@ TEST(Random, ReproducibleAndUnbiased) {
   for (float v : t.to_vector()) s += v, s2 += double(v) * v;
   EXPECT_NEAR(s / 1e5, 0.0, 0.03);
   EXPECT_NEAR(std::sqrt(s2 / 1e5), 2.0, 0.03);
+}
+
+// copy_ between strided views of one dtype (the tensor-parallel packs: permutes, selects and
+// narrows with a dense innermost dimension) moves the bytes: every value, NaN payloads and -0
+// included, lands where the element-by-element rule puts it; a copy between two views of one
+// storage takes the general path.
+TEST(Tensor, StridedCopiesOfOneDtypeMoveTheBytes) {
+  Generator g(5);
+  Tensor src = Tensor::empty({3, 4, 5});
+  fill_normal(src, g, 0.0f, 1.0f);
+  float* p = src.data<float>();
+  uint32_t nan_bits = 0x7fc01234u;
+  std::memcpy(&p[7], &nan_bits, 4);
+  p[8] = -0.0f;
+  for (DType dt : {DType::F32, DType::BF16, DType::I32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor s = dt == DType::F32 ? src : src.to(dt);
+    // (3, 4, 5) -> (4, 3, 5), and back into a permuted destination.
+    Tensor a = Tensor::empty({4, 3, 5}, dt);
+    a.copy_(s.permute({1, 0, 2}));
+    const size_t esz = dtype_size(dt);
+    const auto* sb = static_cast<const char*>(s.data_ptr());
+    const auto* ab = static_cast<const char*>(a.data_ptr());
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < 4; ++j)
+        EXPECT_EQ(std::memcmp(ab + ((j * 3 + i) * 5) * esz, sb + ((i * 4 + j) * 5) * esz, 5 * esz), 0) << i << "," << j;
+    Tensor b = Tensor::empty({3, 4, 5}, dt);
+    b.permute({1, 0, 2}).copy_(a);
+    EXPECT_EQ(std::memcmp(b.data_ptr(), s.data_ptr(), s.nbytes()), 0);
+    // A select and a narrow of the last dimension.
+    Tensor sel = Tensor::empty({3, 5}, dt);
+    sel.copy_(s.select(1, 2));
+    for (int64_t i = 0; i < 3; ++i)
+      EXPECT_EQ(std::memcmp(static_cast<const char*>(sel.data_ptr()) + i * 5 * esz, sb + ((i * 4 + 2) * 5) * esz, 5 * esz), 0);
+    Tensor nar = Tensor::empty({3, 4, 2}, dt);
+    nar.copy_(s.narrow(2, 1, 2));
+    for (int64_t r = 0; r < 12; ++r)
+      EXPECT_EQ(std::memcmp(static_cast<const char*>(nar.data_ptr()) + r * 2 * esz, sb + (r * 5 + 1) * esz, 2 * esz), 0);
+  }
+  // Two views of one storage: the general path reads every element before writing any.
+  Tensor t = Tensor::from_vector({0, 1, 2, 3, 4, 5}, {2, 3});
+  t.narrow(1, 1, 2).copy_(t.narrow(1, 0, 2));
+  EXPECT_EQ(t.to_vector(), (std::vector<float>{0, 0, 1, 3, 3, 4}));
 }

@@ -44,27 +44,34 @@ void expect_refused(const TrainConfig& c, const parallel::MeshShape& shape, cons
 
 }  // namespace
 
-TEST(DevicePlacement, LayoutsThatDoNotRunOnAGpuAreRefusedByName) {
+TEST(DevicePlacement, LayoutsThatDoNotRunOnAGpuAreRefusedByNameAndTensorParallelismRuns) {
   TrainConfig c = gpu_config();
   EXPECT_EQ(refusal([&] { check_layout_on_device(c, {1, 1, 1}, kGpu); }), "");
   EXPECT_EQ(refusal([&] { check_layout_on_device(c, {4, 1, 1}, kGpu); }), "");  // DDP
   c.zero = 2;
   EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu); }), "");  // ZeRO 2
-  expect_refused(gpu_config(), {1, 2, 1}, "--tp 2");
+  // Tensor parallelism, with and without the sequence split, alone and with DDP / ZeRO.
+  EXPECT_EQ(refusal([&] { check_layout_on_device(gpu_config(), {1, 2, 1}, kGpu); }), "");
+  c = gpu_config(), c.sequence_parallel = true;
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {1, 2, 1}, kGpu); }), "");
+  c = gpu_config(), c.zero = 1;
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 2, 1}, kGpu); }), "");
+  // ... but not where another option is refused: the refusal names that option.
+  expect_refused(gpu_config(), {1, 2, 2}, "--pp 2");
   expect_refused(gpu_config(), {1, 1, 2}, "--pp 2");
   c = gpu_config(), c.zero = 3;
-  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu, true); }), "");  // ZeRO 3
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu); }), "");  // ZeRO 3
   for (const char* half : {"bf16", "fp16"}) {  // ZeRO 3 casts its own collectives
     c.compress = half;
-    EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu, true); }), "") << half;
+    EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu); }), "") << half;
   }
   c.compress = "powersgd";
-  expect_refused(c, {2, 1, 1}, "--compress powersgd");
+  expect_refused(c, {2, 1, 1}, "--compress powersgd");  // with ZeRO 3
   c = gpu_config(), c.compress = "powersgd";
   expect_refused(c, {2, 1, 1}, "--compress powersgd");
   for (const char* half : {"bf16", "fp16"}) {  // DDP's buckets cast on the device
     c = gpu_config(), c.compress = half;
-    EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu, true); }), "") << half;
+    EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu); }), "") << half;
   }
   c = gpu_config(), c.balance = "auto";
   expect_refused(c, {2, 1, 1}, "--balance auto");
@@ -85,7 +92,7 @@ TEST(DevicePlacement, EveryBuiltinModelRunsOnAGpu) {
     EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu); }), "") << model;
     // and the layouts refused for every model are refused for it too
     c.zero = 0;
-    expect_refused(c, {1, 2, 1}, "--tp 2");
+    expect_refused(c, {1, 1, 2}, "--pp 2");
   }
 }
 

@@ -60,6 +60,8 @@ struct Registry {
   PT_KERNEL_TABLE(attention_backward);
   PT_KERNEL_TABLE(embedding_forward);
   PT_KERNEL_TABLE(embedding_backward);
+  PT_KERNEL_TABLE(vocab_embedding_forward);
+  PT_KERNEL_TABLE(vocab_embedding_backward);
   PT_KERNEL_TABLE(encoder_forward);
   PT_KERNEL_TABLE(encoder_backward);
   PT_KERNEL_TABLE(conv2d_forward);

@@ -47,6 +47,40 @@ void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, i
   });
 }
 
+void vocab_embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t N,
+                             int64_t V, int64_t start, int64_t R, int64_t C) {
+  check_sizes(N, V, C, "vocab_embedding_forward");
+  if (start < 0 || R < 0) PT_THROW(InputError, "vocab_embedding_forward: bad rows start=", start, " R=", R);
+  check_tokens(tokens, N, V, "vocab_embedding_forward");
+  detail::parallel_for(N, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(C, 1)),
+                       [&](int64_t b, int64_t e) {
+    for (int64_t n = b; n < e; ++n) {
+      const int64_t row = tokens[n] - start;
+      if (row >= 0 && row < R)
+        std::memcpy(out + n * C, wte + row * C, C * sizeof(float));
+      else
+        std::memset(out + n * C, 0, C * sizeof(float));
+    }
+  }, 1);
+}
+
+void vocab_embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t N,
+                              int64_t V, int64_t start, int64_t R, int64_t C) {
+  check_sizes(N, V, C, "vocab_embedding_backward");
+  if (start < 0 || R < 0) PT_THROW(InputError, "vocab_embedding_backward: bad rows start=", start, " R=", R);
+  check_tokens(tokens, N, V, "vocab_embedding_backward");
+  detail::parallel_for(C, col_grain(N), [&](int64_t c0, int64_t c1) {
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t row = tokens[n] - start;
+      if (row < 0 || row >= R) continue;
+      float* d = dwte + row * C;
+      const float* g = dout + n * C;
+#pragma omp simd
+      for (int64_t c = c0; c < c1; ++c) d[c] += g[c];
+    }
+  });
+}
+
 void positional_add(float* out, const float* wpe, int64_t B, int64_t T, int64_t C) {
   if (B < 0 || T < 0 || C < 0) PT_THROW(InputError, "positional_add: negative size");
   detail::parallel_for(B * T, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(C, 1)),

@@ -54,6 +54,8 @@ void register_kernels(Registry& r) {
   PT_CPU_F32(attention_backward);
   PT_CPU_F32(embedding_forward);
   PT_CPU_F32(embedding_backward);
+  PT_CPU_F32(vocab_embedding_forward);
+  PT_CPU_F32(vocab_embedding_backward);
   PT_CPU_F32(encoder_forward);
   PT_CPU_F32(encoder_backward);
   PT_CPU_F32(conv2d_forward);

@@ -77,6 +77,10 @@ template <DType T> bool all_finite(const void* x, int64_t n);
 // ---- embedding.cu: f32 only (the mixed-precision policy) ----
 void embedding_forward(void* out, const int32_t* tokens, const void* wte, int64_t N, int64_t V, int64_t C);
 void embedding_backward(void* dwte, const void* dout, const int32_t* tokens, int64_t N, int64_t V, int64_t C);
+void vocab_embedding_forward(void* out, const int32_t* tokens, const void* wte, int64_t N, int64_t V, int64_t start,
+                             int64_t R, int64_t C);
+void vocab_embedding_backward(void* dwte, const void* dout, const int32_t* tokens, int64_t N, int64_t V,
+                              int64_t start, int64_t R, int64_t C);
 void encoder_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int64_t B, int64_t T,
                      int64_t V, int64_t C);
 void encoder_backward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens, int64_t B, int64_t T,

@@ -1,4 +1,4 @@
-// The CUDA embedding and GPT-encoder kernels, f32 (kernels/cuda/basic.h; legends in
+// The CUDA embedding (whole and vocabulary-parallel) and GPT-encoder kernels, f32 (kernels/cuda/basic.h; legends in
 // kernels/cpu/embedding.h).
 //
 // Token ids are checked on the device without a wait: a kernel finds the first position
@@ -91,6 +91,34 @@ void embedding_backward(void* dwte, const void* dout, const int32_t* tokens, int
   check_sizes(N, V, C, "embedding_backward");
   check_tokens(tokens, N, V, "embedding_backward");
   scatter_add(static_cast<float*>(dwte), static_cast<const float*>(dout), tokens, N, V, C);
+}
+
+void vocab_embedding_forward(void* out, const int32_t* tokens, const void* wte, int64_t N, int64_t V, int64_t start,
+                             int64_t R, int64_t C) {
+  check_sizes(N, V, C, "vocab_embedding_forward");
+  if (start < 0 || R < 0) PT_THROW(InputError, "vocab_embedding_forward: bad rows start=", start, " R=", R);
+  check_tokens(tokens, N, V, "vocab_embedding_forward");
+  auto* o = static_cast<float*>(out);
+  auto* w = static_cast<const float*>(wte);
+  launch_each(N * C, "vocab_embedding_forward", [=] __device__(int64_t i) {
+    const int64_t n = i / C, c = i % C;
+    const int64_t row = static_cast<int64_t>(tokens[n]) - start;
+    o[i] = row >= 0 && row < R ? w[row * C + c] : 0.0f;
+  });
+}
+
+void vocab_embedding_backward(void* dwte, const void* dout, const int32_t* tokens, int64_t N, int64_t V,
+                              int64_t start, int64_t R, int64_t C) {
+  check_sizes(N, V, C, "vocab_embedding_backward");
+  if (start < 0 || R < 0) PT_THROW(InputError, "vocab_embedding_backward: bad rows start=", start, " R=", R);
+  check_tokens(tokens, N, V, "vocab_embedding_backward");
+  auto* d = static_cast<float*>(dwte);
+  auto* g = static_cast<const float*>(dout);
+  launch_each(N * C, "vocab_embedding_backward", [=] __device__(int64_t i) {
+    const int64_t n = i / C, c = i % C;
+    const int64_t row = static_cast<int64_t>(tokens[n]) - start;
+    if (row >= 0 && row < R) atomicAdd(d + row * C + c, g[i]);
+  });
 }
 
 void encoder_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int64_t B, int64_t T,

@@ -1,7 +1,7 @@
 // The basic CUDA kernels (kernels/cuda/basic.h) in the dispatch tables for Device::CUDA:
 // every one for f32; for bf16 and f16 the tables the CPU registers for the half types (GEMMs,
 // elementwise, activations, bias, dropout, strided_add, sum/sum_squares/all_finite) and the
-// casts. Embedding/encoder and the optimizers stay f32 only, as on the CPU (the
+// casts. Embedding (also vocab_embedding)/encoder and the optimizers stay f32 only, as on the CPU (the
 // mixed-precision policy): asking them for a half type is a NoKernelError.
 #include "kernels/cuda/basic.h"
 #include "kernels/cuda/register.h"
@@ -52,6 +52,8 @@ void register_basic_kernels(Registry& r) {
   constexpr DType F = DType::F32;
   r.embedding_forward.set(G, F, &cuda::embedding_forward);
   r.embedding_backward.set(G, F, &cuda::embedding_backward);
+  r.vocab_embedding_forward.set(G, F, &cuda::vocab_embedding_forward);
+  r.vocab_embedding_backward.set(G, F, &cuda::vocab_embedding_backward);
   r.encoder_forward.set(G, F, &cuda::encoder_forward);
   r.encoder_backward.set(G, F, &cuda::encoder_backward);
   r.adamw_update.set(G, F, &cuda::adamw_update);

@@ -33,11 +33,14 @@ std::map<std::string, Tensor> TensorParallelPlan::gather_whole(const std::map<st
       whole[key] = t;
       continue;
     }
+    // Gathered on the part's device, joined on the host (the whole tensor goes to a file or
+    // to a whole model: host memory; a part on a GPU comes back once, all parts together).
     const Tensor part = t.contiguous();
-    Tensor all = Tensor::empty({n * part.numel()}, part.dtype());
-    tp_->allgather(part.data_ptr(), all.data_ptr(), static_cast<size_t>(part.numel()), part.dtype());
+    Tensor all = part.new_empty({n * part.numel()});
+    tp_->allgather(part, all);
+    const Tensor host = all.to(DeviceSpec{});
     std::vector<Tensor> parts;
-    for (int i = 0; i < n; ++i) parts.push_back(all.narrow(0, i * part.numel(), part.numel()).reshape(part.shape()));
+    for (int i = 0; i < n; ++i) parts.push_back(host.narrow(0, i * part.numel(), part.numel()).reshape(part.shape()));
     whole[key] = checkpoint::join_tensor(parts, cut);
   }
   return whole;
@@ -47,7 +50,8 @@ std::map<std::string, Tensor> TensorParallelPlan::cut_local(const std::map<std::
   std::map<std::string, Tensor> local;
   for (const auto& [key, t] : whole) {
     const checkpoint::TensorCut cut = cut_of(key);
-    local[key] = cut.replicated() || size() == 1 ? t : checkpoint::cut_tensor(t, cut, tp_->rank(), size());
+    // Cut on the host (a whole tensor on a GPU is copied down once); the part on the host.
+    local[key] = cut.replicated() || size() == 1 ? t : checkpoint::cut_tensor(t.to(DeviceSpec{}), cut, tp_->rank(), size());
   }
   return local;
 }

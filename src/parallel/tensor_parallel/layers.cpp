@@ -1,48 +1,60 @@
 #include "paratrain/parallel/tensor_parallel/layers.h"
 
-#include <cstring>
+#include <vector>
 
 #include "paratrain/autograd/engine.h"
 #include "paratrain/autograd/ops.h"
 #include "paratrain/base/error.h"
+#include "paratrain/kernels/registry.h"
 #include "paratrain/parallel/tensor_parallel/vocab_parallel_loss.h"
 
 namespace paratrain::parallel {
 
 namespace {
 
-// Rows of `table` (R, C) for `ids` (local row or -1 = not on this rank: zeros) -> (ids..., C).
-// Backward adds each row's gradient into its table row, in position order.
-Tensor masked_lookup(const Tensor& ids, const Tensor& table) {
-  const int64_t C = table.size(1), n = ids.numel();
-  Shape out_shape = ids.shape();
+// Rows of `table` (R, C), rows [start, start+R) of a vocabulary of `vocab`, for token ids (any
+// shape, i32, in [0, vocab): InputError otherwise) -> (ids..., C); ids of other ranks' rows
+// give zeros. Backward adds each row's gradient into its table row, in position order on the
+// CPU (f32 atomics on a GPU). The vocab_embedding kernels on the table's device.
+Tensor vocab_lookup(const Tensor& tokens_in, const Tensor& table, int64_t vocab, int64_t start) {
+  if (tokens_in.dtype() != DType::I32)
+    PT_THROW(InputError, "embedding: token ids must be i32, got ", dtype_name(tokens_in.dtype()));
+  if (tokens_in.device_spec() != table.device_spec())
+    PT_THROW(InputError, "embedding: tokens are on ", tokens_in.device_spec().str(), " but the weight is on ",
+             table.device_spec().str(), " (move the module with Module::to, the data with Tensor::to)");
+  if (table.dtype() != DType::F32)
+    PT_THROW(InputError, "embedding: the weight must be f32, got ", dtype_name(table.dtype()));
+  const Tensor tokens = tokens_in.contiguous();
+  const Tensor w = table.contiguous();
+  const int64_t R = w.size(0), C = w.size(1), N = tokens.numel();
+  Shape out_shape = tokens.shape();
   out_shape.push_back(C);
-  Tensor w = table.contiguous();
-  Tensor out = Tensor::zeros(out_shape, w.dtype());
-  const size_t row = static_cast<size_t>(C) * dtype_size(w.dtype());
-  const int32_t* id = ids.data<int32_t>();
-  for (int64_t i = 0; i < n; ++i)
-    if (id[i] >= 0)
-      std::memcpy(static_cast<char*>(out.data_ptr()) + i * row, static_cast<const char*>(w.data_ptr()) + id[i] * row, row);
+  Tensor out = w.new_empty(out_shape);
+  kernels::kernel(&kernels::Registry::vocab_embedding_forward, w)(out.data_ptr(), tokens.data<int32_t>(), w.data_ptr(),
+                                                                   N, vocab, start, R, C);
   if (autograd::any_requires_grad({&table})) {
     const Shape tshape = table.shape();
-    autograd::record(std::make_shared<autograd::LambdaNode>("vocab_parallel_embedding",
-                                                            [ids, tshape, n, C](std::vector<Tensor>& g) {
-                                                              Tensor dw = Tensor::zeros(tshape);
-                                                              if (!g[0].defined()) return std::vector<Tensor>{dw};
-                                                              Tensor go = g[0].to(DType::F32).contiguous();
-                                                              const float* s = go.data<float>();
-                                                              float* d = dw.data<float>();
-                                                              const int32_t* id = ids.data<int32_t>();
-                                                              for (int64_t i = 0; i < n; ++i)
-                                                                if (id[i] >= 0)
-                                                                  for (int64_t c = 0; c < C; ++c)
-                                                                    d[id[i] * C + c] += s[i * C + c];
-                                                              return std::vector<Tensor>{dw};
-                                                            }),
+    autograd::record(std::make_shared<autograd::LambdaNode>(
+                         "vocab_parallel_embedding",
+                         [tokens, tshape, N, vocab, start, R, C, device = w.device_spec()](std::vector<Tensor>& g) {
+                           Tensor dw = Tensor::zeros(tshape, DType::F32, device);
+                           if (!g[0].defined()) return std::vector<Tensor>{dw};
+                           const Tensor go = g[0].to(DType::F32).contiguous();
+                           kernels::kernel(&kernels::Registry::vocab_embedding_backward, dw)(
+                               dw.data_ptr(), go.data_ptr(), tokens.data<int32_t>(), N, vocab, start, R, C);
+                           return std::vector<Tensor>{dw};
+                         }),
                      {&table}, {&out});
   }
   return out;
+}
+
+// cut_tensor for a tensor on any device: cut on the host, the part back on `whole`'s device
+// (built once, when a plan replaces the layers).
+Tensor cut_like(const Tensor& whole, const checkpoint::TensorCut& cut, int rank, int count) {
+  const DeviceSpec device = whole.device_spec();
+  const Tensor part = checkpoint::cut_tensor(whole.to(DeviceSpec{}), cut, rank, count);
+  return device.kind == Device::CPU ? part : part.to(device);
 }
 
 }  // namespace
@@ -53,9 +65,9 @@ ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& whole, int blocks, 
   if (whole.layout != nn::WeightLayout::InOut)
     PT_THROW(InputError, "ColumnParallelLinear: the whole layer must use the (in, out) weight layout");
   layout = nn::WeightLayout::InOut;
-  weight = register_parameter("weight", checkpoint::cut_tensor(whole.weight.detach(), weight_cut(), tp_->rank(), tp_->size()));
+  weight = register_parameter("weight", cut_like(whole.weight.detach(), weight_cut(), tp_->rank(), tp_->size()));
   if (whole.bias.defined())
-    bias = register_parameter("bias", checkpoint::cut_tensor(whole.bias.detach(), bias_cut(), tp_->rank(), tp_->size()));
+    bias = register_parameter("bias", cut_like(whole.bias.detach(), bias_cut(), tp_->rank(), tp_->size()));
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) const {
@@ -68,7 +80,7 @@ RowParallelLinear::RowParallelLinear(const nn::Linear& whole, std::shared_ptr<Tp
   if (whole.layout != nn::WeightLayout::InOut)
     PT_THROW(InputError, "RowParallelLinear: the whole layer must use the (in, out) weight layout");
   layout = nn::WeightLayout::InOut;
-  weight = register_parameter("weight", checkpoint::cut_tensor(whole.weight.detach(), weight_cut(), tp_->rank(), tp_->size()));
+  weight = register_parameter("weight", cut_like(whole.weight.detach(), weight_cut(), tp_->rank(), tp_->size()));
   if (whole.bias.defined()) bias = register_parameter("bias", whole.bias.detach().clone());
 }
 
@@ -84,23 +96,13 @@ Tensor RowParallelLinear::forward(const Tensor& x) const {
 VocabParallelEmbedding::VocabParallelEmbedding(const nn::Embedding& whole, std::shared_ptr<TpGroup> tp,
                                                bool sequence_parallel)
     : vocab_(whole.weight.size(0)), tp_(std::move(tp)), sp_(sequence_parallel) {
-  weight = register_parameter("weight", checkpoint::cut_tensor(whole.weight.detach(), weight_cut(), tp_->rank(), tp_->size()));
+  weight = register_parameter("weight", cut_like(whole.weight.detach(), weight_cut(), tp_->rank(), tp_->size()));
   rows_ = weight.size(0);
   start_ = rows_ * tp_->rank();
 }
 
-Tensor VocabParallelEmbedding::forward(const Tensor& tokens_in) const {
-  const Tensor tokens = tokens_in.contiguous();
-  if (tokens.dtype() != DType::I32) PT_THROW(InputError, "embedding: token ids must be i32");
-  Tensor local = Tensor::empty(tokens.shape(), DType::I32);
-  const int32_t* t = tokens.data<int32_t>();
-  int32_t* l = local.data<int32_t>();
-  for (int64_t i = 0; i < tokens.numel(); ++i) {
-    if (t[i] < 0 || t[i] >= vocab_)
-      PT_THROW(InputError, "embedding: token id ", t[i], " is outside the vocabulary of ", vocab_);
-    l[i] = (t[i] >= start_ && t[i] < start_ + rows_) ? static_cast<int32_t>(t[i] - start_) : -1;
-  }
-  const Tensor partial = masked_lookup(local, weight);
+Tensor VocabParallelEmbedding::forward(const Tensor& tokens) const {
+  const Tensor partial = vocab_lookup(tokens, weight, vocab_, start_);
   return sp_ ? reduce_scatter_sequence(partial, tp_) : reduce_from_tp(partial, tp_);
 }
 
@@ -108,11 +110,18 @@ Tensor VocabParallelEmbedding::forward_with_positions(const Tensor& tokens, cons
   if (tokens.dim() != 2) PT_THROW(InputError, "embedding: tokens must be (B,T), got ", shape_str(tokens.shape()));
   const Tensor x = forward(tokens);  // (B, T, C), or (B, T/n, C) with the sequence split
   const int64_t B = x.size(0), Tl = x.size(1), first = sp_ ? Tl * tp_->rank() : 0;
+  const Tensor table = sp_ ? copy_to_tp(positions.weight, tp_) : positions.weight;
+  return ops::add(x, ops::embedding(position_ids(B, Tl, first, table.device_spec()), table));
+}
+
+const Tensor& VocabParallelEmbedding::position_ids(int64_t B, int64_t Tl, int64_t first, const DeviceSpec& device) const {
+  PositionIds& c = positions_;
+  if (c.ids.defined() && c.B == B && c.Tl == Tl && c.first == first && c.device == device) return c.ids;
   std::vector<int32_t> pos(static_cast<size_t>(B * Tl));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < Tl; ++t) pos[b * Tl + t] = static_cast<int32_t>(first + t);
-  const Tensor table = sp_ ? copy_to_tp(positions.weight, tp_) : positions.weight;
-  return ops::add(x, ops::embedding(Tensor::from_vector_i32(pos, {B, Tl}), table));
+  c = {B, Tl, first, device, Tensor::from_vector_i32(pos, {B, Tl}).to(device)};
+  return c.ids;
 }
 
 Tensor VocabParallelEmbedding::local_logits(const Tensor& hidden) const {
@@ -126,12 +135,9 @@ Tensor VocabParallelEmbedding::tied_logits(const Tensor& hidden) const {
   const int64_t padded = all.size(-1), rows = all.numel() / padded;
   Shape shape = all.shape();
   shape.back() = vocab_;
-  Tensor out = Tensor::empty(shape, all.dtype());
-  const size_t esz = dtype_size(all.dtype());
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(static_cast<char*>(out.data_ptr()) + r * vocab_ * esz,
-                static_cast<const char*>(all.data_ptr()) + r * padded * esz, static_cast<size_t>(vocab_) * esz);
-  return out;
+  Tensor out = all.new_empty({rows, vocab_});
+  out.copy_(all.view({rows, padded}).narrow(1, 0, vocab_));  // the padding columns dropped
+  return out.view(shape);
 }
 
 Tensor VocabParallelEmbedding::tied_loss(const Tensor& hidden, const Tensor& targets) const {
@@ -141,6 +147,7 @@ Tensor VocabParallelEmbedding::tied_loss(const Tensor& hidden, const Tensor& tar
 SequenceParallelLayerNorm::SequenceParallelLayerNorm(const nn::LayerNorm& whole, std::shared_ptr<TpGroup> tp)
     : nn::LayerNorm(whole.weight.numel(), whole.eps), tp_(std::move(tp)) {
   autograd::NoGradGuard no_grad;
+  to(whole.weight.device_spec());  // the whole layer's device (made on the host above)
   weight.copy_(whole.weight.detach());
   bias.copy_(whole.bias.detach());
 }
@@ -162,7 +169,7 @@ Tensor SequenceParallelDropout::forward(const Tensor& x) const {
   Tensor whole_mask;
   {
     autograd::NoGradGuard no_grad;
-    whole_mask = ops::dropout(Tensor::full(full, 1.0), p(), true, generator());
+    whole_mask = ops::dropout(x.new_full(full, 1.0), p(), true, generator());
   }
   const Tensor mine = whole_mask.narrow(1, Tl * tp_->rank(), Tl).contiguous();
   return ops::mul(x, mine);

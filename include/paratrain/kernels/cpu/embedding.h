@@ -16,6 +16,15 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, int6
 void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t N,
                         int64_t V, int64_t C);
 
+// A vocabulary-parallel table: wte (R,C) holds rows [start, start+R) of a vocabulary of V
+// (tensor parallelism; the rows of [V, start+R) are padding). Token ids must lie in [0,V).
+// out (N,C): out[n,:] = wte[tokens[n]-start,:] for ids in [start, start+R), 0 for the others
+void vocab_embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t N,
+                             int64_t V, int64_t start, int64_t R, int64_t C);
+// dwte (R,C) += scatter of dout (N,C) by the ids in [start, start+R); the others add nothing
+void vocab_embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t N,
+                              int64_t V, int64_t start, int64_t R, int64_t C);
+
 // out (B,T,C) += wpe (T,C) broadcast over B  (wpe may have more rows; the first T are used)
 void positional_add(float* out, const float* wpe, int64_t B, int64_t T, int64_t C);
 // dwpe (T,C) += sum over b of dout (B,T,C)

@@ -14,7 +14,16 @@
 // Every op is a collective of its TpGroup: all ranks of the group must run the same ops in
 // the same order, forward and backward (the GPT's graph is the same on every tp rank, so its
 // backward issues them in the same order). With a group of one rank each op is the identity.
-// f32, bf16 and f16 tensors (half types are reduced in f32 by the group).
+// f32, bf16 and f16 tensors (half types are reduced in f32 by shm/tcp/mpi; nccl rounds
+// partial sums to the half type).
+//
+// Devices: every op allocates like its input (Tensor::new_empty) and moves data with tensor
+// copies (views, permute, copy_), so the same code runs on the CPU and on a GPU; on the CPU
+// the results are the bytes the group's collectives produce, rearranged, nothing computed.
+// On a GPU the tensors go to the group's collectives as device pointers (nccl), and each
+// collective orders the compute stream after itself (Work::wait_on_device) instead of
+// blocking the host: the host goes on queueing work. A GPU tensor must be on the group's
+// device (the nccl group's, cuda:LOCAL_RANK in training).
 //
 // Thread-safety: a TpGroup's statistics are updated by whoever runs its ops; one training
 // thread drives forward and backward. Lifetime: layers hold the TpGroup by shared_ptr.
@@ -30,7 +39,8 @@ namespace paratrain::parallel {
 
 // Communication of the tensor-parallel ops since the last reset.
 struct TpCommStats {
-  double ms = 0;          // time spent in the collectives (forward and backward)
+  double ms = 0;          // time spent in the collectives (forward and backward); with device
+                          // buffers on nccl the time to enqueue them, not their run time
   int64_t bytes = 0;      // payload: each collective's full buffer size per rank (nccl-tests' S)
   int64_t calls = 0;
 };
@@ -50,11 +60,22 @@ class TpGroup {
     return s;
   }
 
-  // Blocking collectives on contiguous buffers, timed into stats(); used by the ops below and
-  // by the vocab-parallel loss.
+  // Collectives, timed into stats(); used by the ops below, the vocab-parallel loss and the
+  // plan's gathers. Each returns once its result may be used by what the caller does next:
+  // host buffers (and every buffer of a shm/tcp/mpi group) hold the result; device buffers on
+  // nccl are ordered before later work on the compute stream (Work::wait_on_device), the host
+  // does not wait. Raw pointers: `count` elements of `dtype`, host or device memory of the
+  // group's device. With one rank allreduce does nothing.
   void allreduce(void* buf, size_t count, DType dtype, comm::ReduceOp op = comm::ReduceOp::kSum);
-  void allgather(const void* in, void* out, size_t count, DType dtype);
-  void reduce_scatter(const void* in, void* out, size_t count, DType dtype);
+  // Tensors: contiguous (InputError otherwise); in and out of one dtype and device.
+  // `buf` in place: the reduction over ranks.
+  void allreduce(Tensor& buf, comm::ReduceOp op = comm::ReduceOp::kSum);
+  // `in` (any shape) -> `out` with out.numel() == size() * in.numel(): rank i's `in` at
+  // element offset i * in.numel(). With one rank: a copy.
+  void allgather(const Tensor& in, Tensor& out);
+  // `in` with in.numel() == size() * out.numel(): `out` = the sum over ranks of block rank()
+  // of `in`. With one rank: a copy.
+  void reduce_scatter(const Tensor& in, Tensor& out);
 
  private:
   std::shared_ptr<comm::ProcessGroup> pg_;

@@ -56,8 +56,11 @@ class TensorParallelPlan {
 
   // Whole tensors from this rank's parts (parameters or optimizer state, by key): collective
   // over the tp group, every rank gets the whole (without tensor parallelism: `local` itself).
+  // Parts may be on a GPU (gathered there); the joined whole tensors are host tensors, the
+  // replicated ones are returned as they are (on their device).
   std::map<std::string, Tensor> gather_whole(const std::map<std::string, Tensor>& local) const;
   // This rank's parts of whole tensors (without tensor parallelism: `whole` itself). Local.
+  // The parts are host tensors (cut on the host whatever the whole's device).
   std::map<std::string, Tensor> cut_local(const std::map<std::string, Tensor>& whole) const;
 
  private:

@@ -20,6 +20,11 @@
 //                         the mask one process would draw, so masks do not depend on the
 //                         layout.
 //
+// Devices: a layer lives on the device of the whole layer it was built from (its slices are
+// cut on the host and copied there, once) and computes there with the kernels of its tensors'
+// device: the vocabulary-parallel lookup is the vocab_embedding kernel pair (token ids checked
+// against the whole vocabulary; a GPU waits for that check, as nn::Embedding's does).
+//
 // Thread-safety and lifetime: as nn::Module; the TpGroup is shared.
 #pragma once
 
@@ -70,6 +75,14 @@ class VocabParallelEmbedding final : public nn::Embedding {
 
  private:
   Tensor local_logits(const Tensor& hidden) const;
+  // The (B, Tl) position ids first..first+Tl-1 on `device`, kept for the next call of that shape.
+  const Tensor& position_ids(int64_t B, int64_t Tl, int64_t first, const DeviceSpec& device) const;
+  struct PositionIds {
+    int64_t B = 0, Tl = 0, first = 0;
+    DeviceSpec device;
+    Tensor ids;
+  };
+  mutable PositionIds positions_;
   int64_t vocab_ = 0, start_ = 0, rows_ = 0;
   std::shared_ptr<TpGroup> tp_;
   bool sp_;
