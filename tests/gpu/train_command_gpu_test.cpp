@@ -89,6 +89,20 @@ std::vector<double> losses(const std::vector<nlohmann::json>& m) {
   return out;
 }
 
+// A GPU run's losses and gradient norms within `rel` (relative) of the CPU run's, step by step.
+void expect_follows(const std::vector<nlohmann::json>& gpu, const std::vector<nlohmann::json>& cpu, size_t steps,
+                    double rel) {
+  ASSERT_EQ(cpu.size(), steps);
+  ASSERT_EQ(gpu.size(), steps);
+  for (size_t s = 0; s < steps; ++s) {
+    const double a = cpu[s]["loss"], b = gpu[s]["loss"];
+    EXPECT_NEAR(b, a, rel * std::abs(a)) << "step " << s + 1;
+    EXPECT_NEAR(gpu[s]["grad_norm"].get<double>(), cpu[s]["grad_norm"].get<double>(),
+                rel * cpu[s]["grad_norm"].get<double>())
+        << "step " << s + 1;
+  }
+}
+
 // The accuracy of the last evaluation line of a metrics file (-1 without one).
 double accuracy(const std::string& metrics) {
   double acc = -1;
@@ -109,15 +123,7 @@ TEST_F(TrainCommandOnGpu, F32FollowsTheCpuRunAndReportsTheGpu) {
   PT_REQUIRE_GPU();
   const auto cpu = train(base(8) + " --device cpu", "cpu.jsonl");
   const auto gpu = train(base(8) + " --device cuda", "gpu.jsonl");
-  ASSERT_EQ(cpu.size(), 8u);
-  ASSERT_EQ(gpu.size(), 8u);
-  for (size_t s = 0; s < 8; ++s) {
-    const double a = cpu[s]["loss"], b = gpu[s]["loss"];
-    EXPECT_NEAR(b, a, 1e-3 * std::abs(a)) << "step " << s + 1;
-    EXPECT_NEAR(gpu[s]["grad_norm"].get<double>(), cpu[s]["grad_norm"].get<double>(),
-                1e-3 * cpu[s]["grad_norm"].get<double>())
-        << "step " << s + 1;
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_follows(gpu, cpu, 8, 1e-3));
   EXPECT_LT(gpu.back()["loss"].get<double>(), gpu.front()["loss"].get<double>());
   EXPECT_EQ(gpu[0]["device"], "cuda:0");
   EXPECT_EQ(cpu[0]["device"], "cpu");
@@ -172,15 +178,7 @@ TEST_F(TrainCommandOnGpu, CnnFollowsTheCpuRun) {
                            " --steps 6 --micro-batch 32 --grad-accum 2 --lr 2e-3 --seed 3 --quiet";
   const auto cpu = train(args + " --device cpu", "cnn_cpu.jsonl");
   const auto gpu = train(args + " --device cuda", "cnn_gpu.jsonl");
-  ASSERT_EQ(cpu.size(), 6u);
-  ASSERT_EQ(gpu.size(), 6u);
-  for (size_t s = 0; s < 6; ++s) {
-    const double a = cpu[s]["loss"], b = gpu[s]["loss"];
-    EXPECT_NEAR(b, a, 1e-3 * std::abs(a)) << "step " << s + 1;
-    EXPECT_NEAR(gpu[s]["grad_norm"].get<double>(), cpu[s]["grad_norm"].get<double>(),
-                1e-3 * cpu[s]["grad_norm"].get<double>())
-        << "step " << s + 1;
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_follows(gpu, cpu, 6, 1e-3));
   EXPECT_EQ(gpu[0]["device"], "cuda:0");
   EXPECT_LT(gpu.back()["loss"].get<double>(), gpu.front()["loss"].get<double>());
   const double cpu_acc = accuracy(path("cnn_cpu.jsonl")), gpu_acc = accuracy(path("cnn_gpu.jsonl"));
@@ -208,15 +206,7 @@ TEST_F(TrainCommandOnGpu, TensorParallelOnTwoGpusFollowsTheCpu) {
     SCOPED_TRACE("--tp 2" + extra);
     const auto cpu = train(launch + extra + " --device cpu", "tp_cpu.jsonl");
     const auto gpu = train(launch + extra + " --device cuda", "tp_gpu.jsonl");
-    ASSERT_EQ(cpu.size(), 6u);
-    ASSERT_EQ(gpu.size(), 6u);
-    for (size_t s = 0; s < 6; ++s) {
-      const double a = cpu[s]["loss"], b = gpu[s]["loss"];
-      EXPECT_NEAR(b, a, 1e-3 * std::abs(a)) << "step " << s + 1;
-      EXPECT_NEAR(gpu[s]["grad_norm"].get<double>(), cpu[s]["grad_norm"].get<double>(),
-                  1e-3 * cpu[s]["grad_norm"].get<double>())
-          << "step " << s + 1;
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_follows(gpu, cpu, 6, 1e-3));
     EXPECT_EQ(gpu[0]["device"], "cuda:0");
     EXPECT_GT(gpu[0]["tp_comm_calls"].get<int64_t>(), 0);
     EXPECT_EQ(gpu[0]["tp_comm_bytes"], cpu[0]["tp_comm_bytes"]);  // the same collectives
