@@ -50,6 +50,12 @@ void check_sizes(int64_t N, int64_t V, int64_t C, const char* who) {
   if (N < 0 || V <= 0 || C < 0) PT_THROW(InputError, who, ": bad sizes N=", N, " V=", V, " C=", C);
 }
 
+// The vocabulary-shard lookups' sizes and rows [start, start + R).
+void check_rows(int64_t N, int64_t V, int64_t start, int64_t R, int64_t C, const char* who) {
+  check_sizes(N, V, C, who);
+  if (start < 0 || R < 0) PT_THROW(InputError, who, ": bad rows start=", start, " R=", R);
+}
+
 // Records the first token id outside [0,V) for the host to raise later; never waits. `who`
 // must be a string literal (it is read when the error is raised).
 void check_tokens(const int32_t* tokens, int64_t N, int64_t V, const char* who) {
@@ -95,8 +101,7 @@ void embedding_backward(void* dwte, const void* dout, const int32_t* tokens, int
 
 void vocab_embedding_forward(void* out, const int32_t* tokens, const void* wte, int64_t N, int64_t V, int64_t start,
                              int64_t R, int64_t C) {
-  check_sizes(N, V, C, "vocab_embedding_forward");
-  if (start < 0 || R < 0) PT_THROW(InputError, "vocab_embedding_forward: bad rows start=", start, " R=", R);
+  check_rows(N, V, start, R, C, "vocab_embedding_forward");
   check_tokens(tokens, N, V, "vocab_embedding_forward");
   auto* o = static_cast<float*>(out);
   auto* w = static_cast<const float*>(wte);
@@ -109,8 +114,7 @@ void vocab_embedding_forward(void* out, const int32_t* tokens, const void* wte, 
 
 void vocab_embedding_backward(void* dwte, const void* dout, const int32_t* tokens, int64_t N, int64_t V,
                               int64_t start, int64_t R, int64_t C) {
-  check_sizes(N, V, C, "vocab_embedding_backward");
-  if (start < 0 || R < 0) PT_THROW(InputError, "vocab_embedding_backward: bad rows start=", start, " R=", R);
+  check_rows(N, V, start, R, C, "vocab_embedding_backward");
   check_tokens(tokens, N, V, "vocab_embedding_backward");
   auto* d = static_cast<float*>(dwte);
   auto* g = static_cast<const float*>(dout);

@@ -194,6 +194,7 @@ struct Pending {
   Device device = Device::CPU;
   std::vector<uint16_t> half;  // Cast16 on the host
   Tensor half_on_device;       // Cast16 on a GPU
+  void* half_buf = nullptr;    // Cast16: whichever of the two this bucket uses
   // PowerSGD: [uncompressed tensors | P factors] travel together, then [Q factors].
   std::vector<std::pair<int64_t, int64_t>> plain;  // (offset in flat, numel) sent as they are
   int64_t plain_numel = 0;
@@ -264,17 +265,16 @@ void GradCompressor::launch(Tensor& flat, const std::vector<GradSlot>& slots) {
   if (mode == Mode::Cast16) {
     const bool f16 = opts_.kind == CompressKind::F16;
     const DType half_type = f16 ? DType::F16 : DType::BF16;
-    void* half = nullptr;
     if (b.device == Device::CPU) {
       b.half.resize(static_cast<size_t>(b.numel));
-      half = b.half.data();
+      b.half_buf = b.half.data();
     } else {
       if (b.half_on_device.numel() != b.numel) b.half_on_device = flat.new_empty({b.numel}, half_type);
-      half = b.half_on_device.data_ptr();
+      b.half_buf = b.half_on_device.data_ptr();
     }
     bucket_kernel(&Registry::scale, b.device)(b.flat, b.flat, inv_world, b.numel);
-    kernels::registry().cast_from_f32.at(b.device, half_type)(half, b.flat, b.numel);
-    b.first = pg_->allreduce(half, static_cast<size_t>(b.numel), half_type, comm::ReduceOp::kSum);
+    kernels::registry().cast_from_f32.at(b.device, half_type)(b.half_buf, b.flat, b.numel);
+    b.first = pg_->allreduce(b.half_buf, static_cast<size_t>(b.numel), half_type, comm::ReduceOp::kSum);
     st.bytes += 2 * b.numel;
     return;
   }
@@ -337,26 +337,17 @@ void GradCompressor::finish() {
     for (size_t k = 0; k < st.launched; ++k) {
       Pending& b = st.pending[k];
       f32_bytes += 4 * b.numel;
-      if (b.device != Device::CPU) {  // f32 or Cast16: the compute stream waits for the sum on the GPU
-        const detail::OnDeviceOf on(b.bucket);
-        detail::wait_work_on(b.first, timeout_s_, true);
-        b.first.reset();
-        if (b.mode == Mode::F32)
-          bucket_kernel(&Registry::scale, b.device)(b.flat, b.flat, inv_world, b.numel);
-        else
-          kernels::registry().cast_to_f32.at(b.device, opts_.kind == CompressKind::F16 ? DType::F16 : DType::BF16)(
-              b.flat, b.half_on_device.data_ptr(), b.numel);
-        continue;
-      }
-      wait_work(b.first, timeout_s_);
+      // On a GPU the compute stream waits for the sum there, and the host goes on.
+      const detail::OnDeviceOf on(b.bucket);
+      detail::wait_work_on(b.first, timeout_s_, b.device != Device::CPU);
       b.first.reset();
       if (b.mode == Mode::F32) {
-        bucket_kernel(&Registry::scale)(b.flat, b.flat, inv_world, b.numel);
+        bucket_kernel(&Registry::scale, b.device)(b.flat, b.flat, inv_world, b.numel);
         continue;
       }
       if (b.mode == Mode::Cast16) {
-        kernels::registry().cast_to_f32.at(Device::CPU, opts_.kind == CompressKind::F16 ? DType::F16 : DType::BF16)(
-            b.flat, b.half.data(), b.numel);
+        kernels::registry().cast_to_f32.at(b.device, opts_.kind == CompressKind::F16 ? DType::F16 : DType::BF16)(
+            b.flat, b.half_buf, b.numel);
         continue;
       }
       float* pbase = b.up.data() + b.plain_numel;
