@@ -100,12 +100,21 @@ struct JobEnv {
 // Reads RANK/WORLD_SIZE/... then OMPI_COMM_WORLD_*, PMI_*, SLURM_*; InputError if malformed.
 JobEnv read_job_env();
 
+// How a backend pairs a peer's sends with recvs.
+enum class P2pMatching {
+  ByTag,           // per (peer, tag), FIFO; sends progress in the background (shm, tcp, mpi)
+  InPostingOrder,  // per peer in posting order, tags only recorded; a send/recv starts only
+                   // once the program waits for it, in batches (nccl: nccl_process_group.h)
+};
+
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
   int rank() const { return rank_; }
   int size() const { return size_; }
   virtual std::string backend_name() const = 0;
+  // How send/recv match (P2pMatching): code that posts messages out of order asks.
+  virtual P2pMatching p2p_matching() const { return P2pMatching::ByTag; }
 
   // buf[count] on every rank becomes the reduction over ranks, in place.
   virtual WorkPtr allreduce(void* buf, size_t count, DType dtype, ReduceOp op = ReduceOp::kSum) = 0;

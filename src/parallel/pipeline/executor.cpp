@@ -51,40 +51,89 @@ struct Slot {
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(Schedule schedule, std::shared_ptr<comm::ProcessGroup> pp, int pp_rank,
-                                   Shape hidden_shape)
-    : schedule_(std::move(schedule)), pp_(std::move(pp)), pp_rank_(pp_rank), hidden_shape_(std::move(hidden_shape)) {
+                                   Shape hidden_shape, DeviceSpec device)
+    : schedule_(std::move(schedule)),
+      pp_(std::move(pp)),
+      pp_rank_(pp_rank),
+      hidden_shape_(std::move(hidden_shape)),
+      device_(device) {
   if (schedule_.spec.stages > 1 && !pp_)
     PT_THROW(InputError, "PipelineExecutor: ", schedule_.spec.stages, " stages need a pipeline process group");
   if (pp_rank_ < 0 || pp_rank_ >= schedule_.spec.stages)
     PT_THROW(InputError, "PipelineExecutor: pipeline rank ", pp_rank_, " is not in [0, ", schedule_.spec.stages, ")");
+  in_posting_order_ = pp_ && pp_->p2p_matching() == comm::P2pMatching::InPostingOrder;
+  if (!in_posting_order_) return;
+  // Its two directions between a pair interleave so that both ranks' batches can start with a
+  // send whose receive the peer posts only in a later batch: a deadlock where sends wait for
+  // their receives (nccl). Needs sends and receives paired per schedule phase.
+  if (schedule_.spec.kind == ScheduleKind::Interleaved)
+    PT_THROW(InputError, "PipelineExecutor: the interleaved schedule does not run on a ", pp_->backend_name(),
+             " pipeline group yet (its messages match in posting order); use gpipe, 1f1b or zb1p");
+  const int p = schedule_.spec.stages;
+  for (int q = 0; q < p; ++q) {
+    if (q == pp_rank_) continue;
+    for (const Action& a : schedule_.ranks[static_cast<size_t>(q)]) {
+      if (a.peer != pp_rank_) continue;
+      const int stage = a.chunk * p + q;
+      if (a.kind == ActionKind::SendF) sends_to_me_[q].emplace_back(a.micro_batch, stage + 1, false);
+      if (a.kind == ActionKind::SendB) sends_to_me_[q].emplace_back(a.micro_batch, stage - 1, true);
+    }
+  }
 }
 
 PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
   const int p = schedule_.spec.stages, S = schedule_.num_model_stages();
-  Allocator& alloc = allocator_for(Device::CPU);
+  Allocator& alloc = allocator_for(device_.kind, device_.index);
   const int64_t bytes_at_start = alloc.stats().bytes_in_use;
   PipelineStepStats st;
   const auto t_step = Clock::now();
   std::map<std::pair<int, int>, Slot> slots;  // (micro-batch, model stage)
   Outbox sends;
   int held = 0;
+  std::vector<Tensor> losses;  // the last stage's, read back once at the end
+  std::map<int, size_t> posted;  // posting order: per peer, how many of its messages have a receive
   const auto stage_of = [&](const Action& a) { return a.chunk * p + pp_rank_; };
-  const auto wait = [&](comm::WorkPtr& w) {
+  // A receive's data is waited for where it is used (on a GPU, by the compute stream).
+  const auto wait = [&](comm::WorkPtr& w, bool on_device) {
     if (!w) return;
     const auto t = Clock::now();
-    w->wait();
+    if (on_device)
+      w->wait_on_device();
+    else
+      w->wait();
     st.p2p_wait_ms += ms_since(t);
     w.reset();
   };
   const auto send = [&](const Tensor& t, int peer, int tag) { st.p2p_bytes += sends.post(*pp_, t, peer, tag); };
   const auto post_recv = [&](Tensor& buf, comm::WorkPtr& work, int peer, int tag) {
-    buf = Tensor::empty(hidden_shape_, DType::F32);
+    buf = Tensor::empty(hidden_shape_, DType::F32, device_);
     work = pp_->recv(buf.data<float>(), static_cast<size_t>(buf.numel()), DType::F32, peer, tag);
   };
+  // Posting order: the receive of the message (mb, stage, gradient), after those of every
+  // message its sender sends this rank before it.
+  const auto receive_in_order = [&](int mb, int stage, bool gradient) {
+    const int peer = gradient ? (stage + 1) % p : (stage - 1 + p) % p;
+    const auto& order = sends_to_me_[peer];
+    size_t& next = posted[peer];
+    for (;;) {
+      if (next >= order.size())
+        PT_THROW(Error, "pipeline rank ", pp_rank_, ": the schedule has rank ", peer, " send no ",
+                 gradient ? "gradient" : "activations", " for stage ", stage, ", micro-batch ", mb);
+      const auto [m, to_stage, g] = order[next++];
+      Slot& t = slots[{m, to_stage}];
+      if (g)
+        post_recv(t.grad, t.grad_work, peer, message_tag(m, to_stage, S, true));
+      else
+        post_recv(t.incoming, t.incoming_work, peer, message_tag(m, to_stage, S, false));
+      if (m == mb && to_stage == stage && g == gradient) return;
+    }
+  };
   // The gradient of a stage's output, as the backward seed (in the output's dtype).
-  const auto seed_of = [&](Slot& s, int stage) -> Tensor {
+  const auto seed_of = [&](Slot& s, int mb, int stage) -> Tensor {
     if (stage == S - 1) return fns.loss_seed;
-    wait(s.grad_work);
+    if (in_posting_order_ && (stage + 1) % p != pp_rank_ && !s.grad_work && !s.grad.defined())
+      receive_in_order(mb, stage, true);
+    wait(s.grad_work, true);
     if (!s.grad.defined())
       PT_THROW(Error, "pipeline rank ", pp_rank_, ": no gradient arrived for the output of stage ", stage);
     return s.output.dtype() == DType::F32 ? s.grad : s.grad.to(s.output.dtype());
@@ -109,9 +158,11 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
     Slot& s = slots[{a.micro_batch, stage}];
     switch (a.kind) {
       case ActionKind::RecvF:
+        if (in_posting_order_) break;  // posted when needed
         post_recv(s.incoming, s.incoming_work, a.peer, message_tag(a.micro_batch, stage, S, false));
         break;
       case ActionKind::RecvB:
+        if (in_posting_order_) break;
         post_recv(s.grad, s.grad_work, a.peer, message_tag(a.micro_batch, stage, S, true));
         break;
       case ActionKind::SendF:
@@ -125,7 +176,9 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
         if (stage == 0) {
           s.input = fns.tokens(a.micro_batch);
         } else {
-          wait(s.incoming_work);
+          if (in_posting_order_ && (stage - 1) % p != pp_rank_ && !s.incoming_work && !s.incoming.defined())
+            receive_in_order(a.micro_batch, stage, false);
+          wait(s.incoming_work, true);
           if (!s.incoming.defined())
             PT_THROW(Error, "pipeline rank ", pp_rank_, ": no activations arrived for stage ", stage, ", micro-batch ",
                      a.micro_batch);
@@ -136,7 +189,7 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
         const auto t = Clock::now();
         s.output = fns.forward(a.micro_batch, a.chunk, s.input);
         st.compute_ms += ms_since(t);
-        if (stage == S - 1) st.loss_sum += s.output.item();
+        if (stage == S - 1) losses.push_back(s.output.detach());
         // The next stage on this rank takes the output directly.
         if (stage + 1 < S && (stage + 1) % p == pp_rank_) slots[{a.micro_batch, stage + 1}].incoming = s.output.detach();
         st.peak_held = std::max(st.peak_held, ++held);
@@ -144,7 +197,7 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
         break;
       }
       case ActionKind::Backward: {
-        const Tensor seed = seed_of(s, stage);
+        const Tensor seed = seed_of(s, a.micro_batch, stage);
         const auto t = Clock::now();
         autograd::backward(s.output, seed);
         st.compute_ms += ms_since(t);
@@ -154,7 +207,7 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
         break;
       }
       case ActionKind::BackwardInput: {
-        const Tensor seed = seed_of(s, stage);
+        const Tensor seed = seed_of(s, a.micro_batch, stage);
         const auto t = Clock::now();
         std::vector<Tensor> inputs;
         if (stage > 0) inputs.push_back(s.input);
@@ -175,7 +228,13 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
       }
     }
   }
-  for (auto& w : sends.works) wait(w);
+  for (auto& w : sends.works) wait(w, false);
+  for (const auto& [peer, order] : sends_to_me_)
+    if (posted[peer] != order.size())
+      PT_THROW(Error, "pipeline rank ", pp_rank_, ": ", order.size() - posted[peer], " of rank ", peer,
+               "'s messages to it were never received");
+  // The host's one wait for the step's losses (on a GPU), summed in the order they were made.
+  for (const Tensor& l : losses) st.loss_sum += l.item();
   st.wall_ms = ms_since(t_step);
   return st;
 }
@@ -193,10 +252,10 @@ Tensor PipelineExecutor::forward_only(const StageFunctions& fns, int mb) {
     } else if (prev == pp_rank_) {
       input = x;
     } else {
-      input = Tensor::empty(hidden_shape_, DType::F32);
+      input = Tensor::empty(hidden_shape_, DType::F32, device_);
       pp_->recv(input.data<float>(), static_cast<size_t>(input.numel()), DType::F32, prev,
                 message_tag(mb, stage, S, false))
-          ->wait();
+          ->wait_on_device();
     }
     x = fns.forward(mb, stage / p, input);
     if (stage + 1 < S && (stage + 1) % p != pp_rank_)

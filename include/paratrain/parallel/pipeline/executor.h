@@ -9,6 +9,16 @@
 // micro-batch, chunk); sends are waited for at the end of the step, receives when their data
 // is needed, each under the group's deadline.
 //
+// Groups that match messages in posting order (P2pMatching::InPostingOrder: nccl) get no
+// receive ahead of need: a receive is posted when its data is needed, after the receives of
+// every message the peer sends this rank before it (each rank's send order is in the
+// schedule), so the two sides post each pair's messages in the same order and no batch waits
+// for a send the peer makes only later. Receives are then waited for with
+// Work::wait_on_device (a GPU's compute stream waits, not the host).
+//
+// Device: the activations received, the losses and the memory figures are on `device` (the
+// stages' parameters'); the losses are read back once, at the end of the step.
+//
 // zb1p's split backward: I runs autograd::backward_input (the input gradient only), W later
 // runs the deferred weight gradients (autograd/split_backward.h).
 //
@@ -17,6 +27,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <tuple>
 #include <memory>
 #include <vector>
 
@@ -51,7 +63,8 @@ class PipelineExecutor {
  public:
   // `pp` is this rank's pipeline group (group rank = stage rank), null only with one stage.
   // `hidden_shape`: (B, T, C) of the activations that travel between stages.
-  PipelineExecutor(Schedule schedule, std::shared_ptr<comm::ProcessGroup> pp, int pp_rank, Shape hidden_shape);
+  PipelineExecutor(Schedule schedule, std::shared_ptr<comm::ProcessGroup> pp, int pp_rank, Shape hidden_shape,
+                   DeviceSpec device = {Device::CPU, -1});
 
   // One optimizer step's micro-batches: every action of this rank's list, in order.
   PipelineStepStats run_step(const StageFunctions& fns);
@@ -69,6 +82,11 @@ class PipelineExecutor {
   std::shared_ptr<comm::ProcessGroup> pp_;
   int pp_rank_;
   Shape hidden_shape_;
+  DeviceSpec device_;
+  // Posting-order groups: per peer, the messages it sends this rank, in its order, as
+  // (micro-batch, receiving model stage, is-gradient); empty for tag-matching groups.
+  bool in_posting_order_ = false;
+  std::map<int, std::vector<std::tuple<int, int, bool>>> sends_to_me_;
 };
 
 }  // namespace paratrain::parallel::pipeline

@@ -128,6 +128,7 @@ class NcclProcessGroup : public ProcessGroup {
   NcclProcessGroup(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options);
   ~NcclProcessGroup() override;
   std::string backend_name() const override { return "nccl"; }
+  P2pMatching p2p_matching() const override { return P2pMatching::InPostingOrder; }
 
   WorkPtr allreduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
   WorkPtr reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op) override;
