@@ -128,12 +128,16 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
       if (m == mb && to_stage == stage && g == gradient) return;
     }
   };
+  // Waits for the data of `buf` (activations or a gradient from a peer); on a posting-order
+  // group its receive is posted first unless it was, or the data was handed over on this rank.
+  const auto await_data = [&](Tensor& buf, comm::WorkPtr& work, int mb, int stage, bool gradient) {
+    if (in_posting_order_ && !work && !buf.defined()) receive_in_order(mb, stage, gradient);
+    wait(work, true);
+  };
   // The gradient of a stage's output, as the backward seed (in the output's dtype).
   const auto seed_of = [&](Slot& s, int mb, int stage) -> Tensor {
     if (stage == S - 1) return fns.loss_seed;
-    if (in_posting_order_ && (stage + 1) % p != pp_rank_ && !s.grad_work && !s.grad.defined())
-      receive_in_order(mb, stage, true);
-    wait(s.grad_work, true);
+    await_data(s.grad, s.grad_work, mb, stage, true);
     if (!s.grad.defined())
       PT_THROW(Error, "pipeline rank ", pp_rank_, ": no gradient arrived for the output of stage ", stage);
     return s.output.dtype() == DType::F32 ? s.grad : s.grad.to(s.output.dtype());
@@ -176,9 +180,7 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
         if (stage == 0) {
           s.input = fns.tokens(a.micro_batch);
         } else {
-          if (in_posting_order_ && (stage - 1) % p != pp_rank_ && !s.incoming_work && !s.incoming.defined())
-            receive_in_order(a.micro_batch, stage, false);
-          wait(s.incoming_work, true);
+          await_data(s.incoming, s.incoming_work, a.micro_batch, stage, false);
           if (!s.incoming.defined())
             PT_THROW(Error, "pipeline rank ", pp_rank_, ": no activations arrived for stage ", stage, ", micro-batch ",
                      a.micro_batch);

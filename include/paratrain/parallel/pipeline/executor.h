@@ -28,8 +28,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <tuple>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "paratrain/comm/process_group.h"
