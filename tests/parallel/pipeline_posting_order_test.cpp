@@ -190,3 +190,38 @@ TEST(PipelineInPostingOrder, TheEmulationFailsReceivesPostedOutOfOrder) {
 
 }  // namespace
 }  // namespace paratrain
+
+namespace paratrain {
+namespace {
+
+// ... and a deadlock under nccl's rules (two neighbours each starting a batch with a lone
+// send) fails at the deadline, naming what each rank's running batch waits for.
+TEST(PipelineInPostingOrder, TheEmulationReportsADeadlockAtTheDeadline) {
+  testing::PostingOrderWorld world(2, std::chrono::milliseconds(500));
+  float out[2] = {1, 2}, in[2] = {0, 0};
+  std::string errors[2];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto g = world.group(r);
+      try {
+        g->send(&out[r], 1, DType::F32, 1 - r, 0)->wait();  // its own batch: waits for a recv
+        g->recv(&in[r], 1, DType::F32, 1 - r, 0)->wait();   // never posted in time
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("send #0 to " + std::to_string(1 - r) + ", tag 0 did not complete within 500 ms"),
+              std::string::npos)
+        << errors[r];
+    EXPECT_NE(errors[r].find("rank " + std::to_string(r) + ": send#0>" + std::to_string(1 - r)), std::string::npos)
+        << errors[r];
+  }
+  EXPECT_EQ(in[0], 0.0f);
+  EXPECT_EQ(in[1], 0.0f);
+}
+
+}  // namespace
+}  // namespace paratrain
