@@ -127,12 +127,14 @@ TEST_F(Telemetry, PipelineAndTensorParallelGroupsReportTheirTraffic) {
 TEST_F(Telemetry, ASlowRankIsNamedInTheProgressLineAndTheMetrics) {
   const std::string m = dir_ + "/m.jsonl";
   const std::string out = launch2("train --model gpt-nano --data " + dir_ + "/t.bin --steps 5 --micro-batch 2 --threads 1 --metrics " + m,
-                                  "PARATRAIN_SIMULATE_SLOWDOWN=1:4");
+                                  "PARATRAIN_SIMULATE_SLOWDOWN=1:20");
   const auto lines = steps(m);
   ASSERT_EQ(lines.size(), 5u);
   for (size_t i = 2; i < lines.size(); ++i) {  // the first steps pay for first touch
     EXPECT_EQ(lines[i]["slowest_rank"].get<int>(), 1) << lines[i].dump();
-    EXPECT_GT(lines[i]["slowest_rank_lag"].get<double>(), 1.0) << lines[i].dump();  // 4x slower: lag near 3
+    // 20x slower: lag near 19. A micro-step is a few ms here, so the factor is large enough
+    // that rank 0 losing its core to other tests for several times its compute cannot close it.
+    EXPECT_GT(lines[i]["slowest_rank_lag"].get<double>(), 1.0) << lines[i].dump();
   }
   EXPECT_NE(out.find("step 5/5"), std::string::npos) << out;
   EXPECT_NE(out.find("slowest rank 1 (+"), std::string::npos) << out;

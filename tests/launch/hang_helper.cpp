@@ -4,8 +4,8 @@
 //             call and wait in: the job hangs at allreduce #3
 //   mismatch  3 allreduces; then rank 1 calls broadcast where the others call allreduce,
 //             then every rank but rank 1 calls one more allreduce (rank 1 sleeps 60 s)
-//   loop      allreduces 20 ms apart until the file stop appears in PARATRAIN_FR_DUMP_DIR
-//             (at most 30 s); exit 0
+//   loop      allreduces 20 ms apart until any rank sees the file stop in PARATRAIN_FR_DUMP_DIR
+//             (at most 30 s; the ranks agree through the allreduce); exit 0
 #include <unistd.h>
 
 #include <chrono>
@@ -30,10 +30,14 @@ int main(int argc, char** argv) {
       const char* dir = std::getenv("PARATRAIN_FR_DUMP_DIR");
       const std::string stop = std::string(dir ? dir : ".") + "/stop";
       auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-      while (!std::filesystem::exists(stop) && std::chrono::steady_clock::now() < until) {
+      // Every rank sees the stop file at its own moment; the allreduce carries each rank's
+      // "stop" vote (x[0]), so all ranks leave the loop after the same allreduce.
+      for (bool done = false; !done;) {
         std::fill(x.begin(), x.end(), 1.0f);
+        x[0] = std::filesystem::exists(stop) || std::chrono::steady_clock::now() >= until ? 1.0f : 0.0f;
         pg->allreduce(x.data(), x.size(), DType::F32)->wait();
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        done = x[0] > 0.0f;
+        if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       pg->barrier()->wait();
       return 0;
