@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/cpu_flags.h"
 #include "support/run_binary.h"
 #include <sys/wait.h>
 
@@ -230,22 +231,11 @@ TEST_F(Cli, BenchComputePrintsBothPeaks) {
   EXPECT_DOUBLE_EQ(j.at("hardware_peak_gflops_per_thread").get<double>(), hw) << "one thread";
   EXPECT_NEAR(j.at("gemm_fraction_of_hardware").get<double>(), gemm / hw, 1e-9 * gemm / hw);
   EXPECT_LT(gemm, 2.0 * hw) << r.out;
-  const int lanes = j.at("lanes").get<int>();
-  const std::string isa = j.at("isa").get<std::string>();
-  EXPECT_TRUE((isa == "avx512f" && lanes == 16) || (isa == "avx2+fma" && lanes == 8) || (isa == "scalar" && lanes == 1))
-      << r.out;
-  // the widest FMA the CPU's flags offer, as /proc/cpuinfo lists them
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line, flags;
-  while (std::getline(cpuinfo, line) && flags.empty())
-    if (line.rfind("flags", 0) == 0) flags = line + " ";
-  if (!flags.empty()) {
-    const std::string widest = flags.find(" avx512f ") != std::string::npos ? "avx512f"
-                               : flags.find(" avx2 ") != std::string::npos && flags.find(" fma ") != std::string::npos
-                                   ? "avx2+fma"
-                                   : "scalar";
-    EXPECT_EQ(isa, widest);
-  }
+  // the widest FMA the CPU's flags offer, as /proc/cpuinfo lists them, and its f32 lanes
+  using paratrain::test::cpuinfo_has_flag;
+  const bool avx512 = cpuinfo_has_flag("avx512f"), avx2 = cpuinfo_has_flag("avx2") && cpuinfo_has_flag("fma");
+  EXPECT_EQ(j.at("isa").get<std::string>(), avx512 ? "avx512f" : avx2 ? "avx2+fma" : "scalar") << r.out;
+  EXPECT_EQ(j.at("lanes").get<int>(), avx512 ? 16 : avx2 ? 8 : 1) << r.out;
   CmdResult bad = run("bench compute --threads 0");
   EXPECT_EQ(bad.rc, 2) << bad.out;
   EXPECT_EQ(count_lines(bad.out), 1) << bad.out;

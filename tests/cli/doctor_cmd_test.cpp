@@ -15,8 +15,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/cpu_flags.h"
 #include "support/run_binary.h"
 #include "support/free_port.h"
+
+using paratrain::test::cpuinfo_has_flag;
 
 namespace {
 
@@ -33,20 +36,6 @@ std::map<std::string, json> by_name(const json& doc) {
   std::map<std::string, json> m;
   for (const auto& c : doc.at("checks")) m[c.at("name").get<std::string>()] = c;
   return m;
-}
-
-bool cpuinfo_has_flag(const std::string& flag) {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("flags", 0) == 0) {
-      std::istringstream is(line.substr(line.find(':') + 1));
-      std::string w;
-      while (is >> w)
-        if (w == flag) return true;
-      return false;
-    }
-  return false;
 }
 
 TEST(DoctorCmd, JsonHoldsTheChecksWithMeasuredValues) {
