@@ -13,13 +13,6 @@ namespace paratrain::train {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-
-// `host` on `device`: itself on the CPU; on a GPU a page-locked copy goes up asynchronously
-// (the pinned block is reused only once the copy has run).
-Tensor upload(const Tensor& host, const DeviceSpec& device) {
-  if (device.kind == Device::CPU || !host.defined()) return host;
-  return host.pin_memory().to(device);
-}
 }  // namespace
 
 DataParallelStep::DataParallelStep(Task& task, ParallelModel& model, MicroBatches batches, int64_t grad_accum,

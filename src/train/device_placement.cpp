@@ -30,7 +30,11 @@ void check_layout_on_device(const TrainConfig& c, const parallel::MeshShape& sha
   if (device.kind == Device::CPU) return;
   const std::string on = "--device " + c.device;
   const char* use_cpu = " yet (use --device cpu for it)";
-  if (shape.pp > 1) PT_THROW(InputError, "--pp ", shape.pp, ": pipeline parallelism does not run with ", on, use_cpu);
+  // nccl matches a peer's messages in posting order; the interleaved schedule's two directions
+  // would deadlock under that (parallel/pipeline/executor.h)
+  if (shape.pp > 1 && c.pp_schedule == "interleaved")
+    PT_THROW(InputError, "--pp-schedule interleaved does not run with ", on,
+             " yet (use --pp-schedule gpipe, 1f1b or zb1p, or --device cpu)");
   // fp16/bf16 casts run on the device (DDP's buckets, ZeRO 3's collectives); PowerSGD's factor
   // arithmetic is host code
   if (c.compress == "powersgd")
@@ -50,6 +54,11 @@ std::string backend_on(const TrainConfig& c, const DeviceSpec& device) {
 DeviceSpec model_device(const nn::Module& m) {
   for (const auto& [name, p] : m.named_parameters()) return p.device_spec();
   return {Device::CPU, -1};
+}
+
+Tensor upload(const Tensor& host, const DeviceSpec& device) {
+  if (device.kind == Device::CPU || !host.defined()) return host;
+  return host.pin_memory().to(device);
 }
 
 Allocator& memory_of(const DeviceSpec& device) {

@@ -38,6 +38,10 @@ std::string backend_on(const TrainConfig& cfg, const DeviceSpec& device);
 // its inputs go.
 DeviceSpec model_device(const nn::Module& m);
 
+// `host` (a batch's tensor) on `device`: itself on the CPU; on a GPU a page-locked copy goes
+// up asynchronously (the pinned block is reused only once the copy has run).
+Tensor upload(const Tensor& host, const DeviceSpec& device);
+
 // The allocator of the device's memory: the figures (in use, peak) of the run's tensors.
 Allocator& memory_of(const DeviceSpec& device);
 

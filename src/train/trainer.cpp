@@ -304,7 +304,7 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
     const pipeline::ScheduleSpec spec{pipeline::parse_schedule(cfg.pp_schedule), shape.pp,
                                       static_cast<int>(cfg.grad_accum), pipeline_virtual_chunks(cfg)};
     schedule = std::make_unique<PipelineStep>(*task->gpt(), pm, mesh, batches, spec, compute_dtype, half_copies,
-                                              micro_batch);
+                                              micro_batch, device);
   } else {
     schedule = std::make_unique<DataParallelStep>(*task, pm, batches, cfg.grad_accum, compute_dtype, half_copies, slowdown,
                                                   device);

@@ -56,9 +56,18 @@ TEST(DevicePlacement, LayoutsThatDoNotRunOnAGpuAreRefusedByNameAndTensorParallel
   EXPECT_EQ(refusal([&] { check_layout_on_device(c, {1, 2, 1}, kGpu); }), "");
   c = gpu_config(), c.zero = 1;
   EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 2, 1}, kGpu); }), "");
-  // ... but not where another option is refused: the refusal names that option.
-  expect_refused(gpu_config(), {1, 2, 2}, "--pp 2");
-  expect_refused(gpu_config(), {1, 1, 2}, "--pp 2");
+  // Pipeline parallelism, alone and with tensor and data parallelism, with the schedules
+  // whose messages pair up in posting order (nccl's matching) ...
+  for (const char* schedule : {"gpipe", "1f1b", "zb1p"}) {
+    c = gpu_config(), c.pp_schedule = schedule;
+    EXPECT_EQ(refusal([&] { check_layout_on_device(c, {1, 1, 2}, kGpu); }), "") << schedule;
+    EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 2, 2}, kGpu); }), "") << schedule;
+  }
+  // ... but not the interleaved one, whose two directions would deadlock there; nor where
+  // another option is refused: the refusal names that option.
+  c = gpu_config(), c.pp_schedule = "interleaved";
+  expect_refused(c, {1, 1, 2}, "--pp-schedule interleaved");
+  EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu); }), "");  // no pipeline: no schedule
   c = gpu_config(), c.zero = 3;
   EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu); }), "");  // ZeRO 3
   for (const char* half : {"bf16", "fp16"}) {  // ZeRO 3 casts its own collectives
@@ -91,8 +100,8 @@ TEST(DevicePlacement, EveryBuiltinModelRunsOnAGpu) {
     c.zero = 2;
     EXPECT_EQ(refusal([&] { check_layout_on_device(c, {2, 1, 1}, kGpu); }), "") << model;
     // and the layouts refused for every model are refused for it too
-    c.zero = 0;
-    expect_refused(c, {1, 1, 2}, "--pp 2");
+    c.zero = 0, c.balance = "auto";
+    expect_refused(c, {2, 1, 1}, "--balance auto");
   }
 }
 

@@ -34,7 +34,8 @@ struct StageCosts {
 StageCosts parameter_costs(const nn::GPT& model);
 // Measured costs (`--pp-balance time`): each block's forward and backward on a (B, T, C)
 // micro-batch of random hidden states, the embedding's and the head's with the loss, the
-// fastest of a few runs, in milliseconds. Rank 0's figures are broadcast over `world` (may
+// fastest of a few runs, in milliseconds, on the parameters' device (each run timed until
+// its work on a GPU is done). Rank 0's figures are broadcast over `world` (may
 // be null), so every rank cuts the model the same way. Collective; call before the model is
 // cut into stages. Parameters' gradients are left as they were.
 StageCosts measured_costs(nn::GPT& model, int64_t micro_batch, comm::ProcessGroup* world);
@@ -74,7 +75,9 @@ class TiedHeadGroup {
 
 // The union of the stages' tensors (a state dict per stage, f32), on pipeline rank 0; the
 // other ranks get their own `mine` back. Collective over `pp` (null: `mine`). A name held by
-// several stages (the tied wte) is taken from the lowest.
+// several stages (the tied wte) is taken from the lowest. The messages' buffers are on the
+// device of each rank's tensors (a GPU's for nccl, which moves device memory only), and so
+// are the tensors rank 0 receives.
 std::map<std::string, Tensor> gather_stages(const std::map<std::string, Tensor>& mine, comm::ProcessGroup* pp);
 
 }  // namespace paratrain::parallel::pipeline
