@@ -1,9 +1,11 @@
 // The environment hooks tests use to make a run fail or slow down on purpose.
 #include "test_hooks.h"
 
+#include <chrono>
 #include <csignal>
 #include <limits>
 #include <stdexcept>
+#include <thread>
 
 #include "paratrain/base/env.h"
 #include "paratrain/base/error.h"
@@ -74,6 +76,11 @@ int64_t test_stop_at_step(int rank) {
 
 void stop_this_rank(int rank, int64_t step) {
   PT_LOG_WARN(kTrain, "PARATRAIN_TEST_STOP_AT_STEP: rank ", rank, " stops itself (SIGSTOP) at step ", step);
+  // A completed call may still have bytes for the peers in the transport's progress thread
+  // (tcp: the last step's all-gather once this rank had the others' parts), and SIGSTOP stops
+  // that thread too; the peers must wait in this step's first collective, not the last one's,
+  // so those few bytes (microseconds) get 300 ms to leave first.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   std::raise(SIGSTOP);
 }
 
