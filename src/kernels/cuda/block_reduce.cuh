@@ -8,6 +8,9 @@
 // (at most 1024); every thread gets the result. They must be reached by all threads of the
 // block (they synchronise), and may be called repeatedly in one kernel (each call begins
 // with a barrier before it reuses its shared slots).
+// block_sum_double<kThreads>: the same rules for doubles over a block of exactly kThreads
+// threads (a power of two), added in one fixed tree, so the result does not depend on
+// timing (the full reductions, reduce.cu and reduce_into.cu, and orthogonalize.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -55,6 +58,20 @@ __device__ __forceinline__ float block_max(float v) {
   if (lane == 0) slots[warp] = v;
   __syncthreads();
   return warp_max(lane < nwarps ? slots[lane] : -INFINITY);
+}
+
+template <int kThreads>
+__device__ __forceinline__ double block_sum_double(double v) {
+  static_assert(kThreads >= 2 && kThreads <= 1024 && (kThreads & (kThreads - 1)) == 0, "a power of two up to 1024");
+  __shared__ double buf[kThreads];
+  __syncthreads();  // the previous call's readers are done with `buf`
+  buf[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  return buf[0];
 }
 
 }  // namespace paratrain::kernels::cuda::detail

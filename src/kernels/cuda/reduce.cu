@@ -6,6 +6,7 @@
 // waited for, so these calls synchronize. The partials live in a per-device buffer, so a
 // per-device mutex covers enqueue to read-back (two host threads cannot interleave).
 #include "kernels/cuda/basic.h"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/launch.h"
 #include "paratrain/tensor/cuda_device_errors.h"
 
@@ -27,17 +28,8 @@ struct ReduceState {
   }
 };
 
-// Sum of the block's threads' `v` (a fixed tree), valid in thread 0.
-__device__ inline double block_sum(double v) {
-  __shared__ double buf[kReduceThreads];
-  buf[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kReduceThreads / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
-    __syncthreads();
-  }
-  return buf[0];
-}
+// Sum of the block's threads' `v` (a fixed tree).
+__device__ inline double block_sum(double v) { return detail::block_sum_double<kReduceThreads>(v); }
 
 template <DType T, bool Square>
 __global__ void partial_sums(const typename Elem<T>::S* x, int64_t n, double* partial) {

@@ -8,6 +8,7 @@
 // their two launches.
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/reduce_into.h"
 #include "paratrain/kernels/cpu/softmax.h"
@@ -32,19 +33,8 @@ struct IntoState {
   }
 };
 
-// Sum of the block's threads' `v` (a fixed tree), returned to every thread. May be called
-// more than once in a kernel (it starts with a barrier before reusing its shared buffer).
-__device__ inline double block_sum(double v) {
-  __shared__ double buf[kSumThreads];
-  __syncthreads();
-  buf[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kSumThreads / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
-    __syncthreads();
-  }
-  return buf[0];
-}
+// Sum of the block's threads' `v` (a fixed tree), returned to every thread.
+__device__ inline double block_sum(double v) { return detail::block_sum_double<kSumThreads>(v); }
 
 unsigned blocks_for(int64_t n) {
   const int64_t b = (n + kSumThreads - 1) / kSumThreads;
