@@ -13,7 +13,9 @@
 //    bf16/f16 GEMM: rel 1e-2, abs 1e-2;
 //  - sum / sum_squares: rel 1e-6 (both accumulate in double); bias_backward (f32 column
 //    sums in another order): 1e-6 * N * max|dout| + 1e-6; the embedding scatter (atomicAdd
-//    order): abs 1e-4; the optimizers: rel 1e-6 (abs 1e-8 / 1e-7 near 0).
+//    order): abs 1e-4; the optimizers: rel 1e-6 (abs 1e-8 / 1e-7 near 0);
+//  - orthogonalize_columns (double arithmetic, sums in another order, one f32 rounding):
+//    rel 1e-6 (an f32 rounding of values that differ in double's last bits), abs 1e-9.
 // Every test starts with PT_REQUIRE_GPU() and skips without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -622,6 +624,42 @@ TEST(CudaBasicKernels, Sgd) {
       // leaves in a small result, hence the absolute 1e-6.
       expect_close(F, dp.get<uint8_t>(), p, {1e-6, 1e-6}, "sgd p" + tag);
       expect_close(F, db.get<uint8_t>(), buf, {1e-6, 1e-6}, "sgd buf" + tag);
+    }
+  }
+}
+
+// PowerSGD's Gram-Schmidt: the CPU's orthonormal columns, with a zero column kept zero and a
+// nearly dependent column (column 0 plus 1e-3 noise) orthogonalised by the second pass; sizes
+// around the block's 512 threads and the tall P of a vocabulary-sized gradient.
+TEST(CudaBasicKernels, OrthogonalizeColumns) {
+  PT_REQUIRE_GPU();
+  const DType F = DType::F32;
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{511}, int64_t{512}, int64_t{1000}, int64_t{50257}}) {
+    for (int64_t r : {int64_t{1}, int64_t{4}, int64_t{5}}) {
+      Bytes P = random_array(F, n * r, static_cast<uint32_t>(7 * n + r));
+      float* p = reinterpret_cast<float*>(P.data());
+      if (r >= 4 && n >= 5) {
+        const Bytes noise = random_array(F, n, 3);
+        for (int64_t i = 0; i < n; ++i) {
+          p[i * r + 2] = 0.0f;
+          p[i * r + 3] = p[i * r] + 1e-3f * reinterpret_cast<const float*>(noise.data())[i];
+        }
+      }
+      DevBuf dp(P);
+      R().orthogonalize_columns.at(kCpu, F)(P.data(), n, r);
+      R().orthogonalize_columns.at(kGpu, F)(dp.p, n, r);
+      const std::string tag = " n=" + std::to_string(n) + " r=" + std::to_string(r);
+      const Bytes got = dp.get<uint8_t>();
+      expect_close(F, got, P, {1e-6, 1e-9}, "orthogonalize_columns" + tag);
+      const float* g = reinterpret_cast<const float*>(got.data());
+      for (int64_t a = 0; a < r; ++a)
+        for (int64_t b = 0; b <= a; ++b) {
+          double d = 0;
+          for (int64_t i = 0; i < n; ++i) d += static_cast<double>(g[i * r + a]) * g[i * r + b];
+          const bool zero = r >= 4 && n >= 5 && (a == 2 || b == 2);
+          const double want = zero ? 0.0 : a == b ? 1.0 : 0.0;
+          if (n > 1 || a == 0) EXPECT_NEAR(d, want, 1e-5) << "column " << a << " . column " << b << tag;
+        }
     }
   }
 }

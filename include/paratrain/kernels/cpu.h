@@ -35,5 +35,6 @@
 #include "paratrain/kernels/cpu/embedding.h"
 #include "paratrain/kernels/cpu/conv.h"
 #include "paratrain/kernels/cpu/optim.h"
+#include "paratrain/kernels/cpu/orthogonalize.h"
 #include "paratrain/kernels/cpu/peak.h"
 #include "paratrain/kernels/cpu/half.h"

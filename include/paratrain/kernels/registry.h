@@ -93,6 +93,8 @@ struct Registry {
   PT_KERNEL_TABLE(adamw_update);
   PT_KERNEL_TABLE(adamw_update_multi);
   PT_KERNEL_TABLE(sgd_update);
+  // orthogonalize.h: PowerSGD's factor, f32
+  PT_KERNEL_TABLE(orthogonalize_columns);
 };
 
 #undef PT_KERNEL_TABLE

@@ -23,6 +23,10 @@
 // backward (the second all-reduce depends on the first, so only the first one overlaps
 // backward; the Q all-reduce of bucket b overlaps the work on bucket b+1).
 //
+// Devices: the buckets may be on the CPU or on a GPU (with the nccl group); PowerSGD's factors,
+// error feedback and warm start then live on that GPU and every step of it is a dispatch-table
+// kernel there (orthogonalize_columns included), so nothing waits on the host.
+//
 // Thread-safety: a GradCompressor is driven by its DDP's thread only. Every wait has the
 // deadline given at construction (0 = the group's per-call deadline).
 #pragma once

@@ -68,6 +68,7 @@ void register_kernels(Registry& r) {
   PT_CPU_F32(adamw_update);
   PT_CPU_F32(adamw_update_multi);
   PT_CPU_F32(sgd_update);
+  PT_CPU_F32(orthogonalize_columns);
 #undef PT_CPU_F32
 #define PT_CPU_HALF(name)                                      \
   r.name.set(C, DType::BF16, erase<&half::name<DType::BF16>>); \

@@ -95,4 +95,8 @@ void adamw_update_multi(const cpu::AdamWTensor* list, int64_t count, float lr, f
 void sgd_update(void* p, const void* g, void* buf, int64_t n, float lr, float momentum, float dampening,
                 float weight_decay, bool nesterov, bool first_step);
 
+// ---- orthogonalize.cu: f32 P, double arithmetic (kernels/cpu/orthogonalize.h's rules; one
+// block per call, its sums in a fixed tree, so deterministic for a given n) ----
+void orthogonalize_columns(void* P, int64_t n, int64_t r);
+
 }  // namespace paratrain::kernels::cuda

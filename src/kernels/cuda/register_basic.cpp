@@ -59,6 +59,7 @@ void register_basic_kernels(Registry& r) {
   r.adamw_update.set(G, F, &cuda::adamw_update);
   r.adamw_update_multi.set(G, F, &cuda::adamw_update_multi);
   r.sgd_update.set(G, F, &cuda::sgd_update);
+  r.orthogonalize_columns.set(G, F, &cuda::orthogonalize_columns);
 }
 
 }  // namespace paratrain::kernels::cuda

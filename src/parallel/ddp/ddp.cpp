@@ -29,8 +29,8 @@
 // that call (or the host waited for it), so the compute stream's reuse of a block is ordered
 // after the collective. A failure that shows only after wait_on_device() returned is thrown by
 // the next zero_grad() (check_device_waited) or, the group being broken, by its next call.
-// Compression on a GPU: the fp16/bf16 casts (grad_compression.cpp, device kernels); PowerSGD
-// (host factor arithmetic) is an InputError at construction there.
+// Compression on a GPU: the fp16/bf16 casts and PowerSGD's factors, error buffers, GEMMs and
+// Gram-Schmidt are the device's kernels (grad_compression.cpp), ordered like the buckets.
 #include "paratrain/parallel/ddp.h"
 
 #include <algorithm>
@@ -324,9 +324,6 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared
                " (move the whole model to one device first)");
     }
   }
-  if (im.on_gpu() && options.compress.kind == CompressKind::PowerSGD)
-    PT_THROW(InputError, "DistributedDataParallel: PowerSGD compression is not available for parameters on ",
-             im.device.str(), " yet (use --compress none, fp16 or bf16)");
   if (im.communicates() && (im.pg->backend_name() == "nccl") != im.on_gpu())
     PT_THROW(InputError, "DistributedDataParallel: the parameters are on ", im.device.str(), " but the process group is ",
              im.pg->backend_name(), im.on_gpu() ? " (GPU parameters need --backend nccl)"

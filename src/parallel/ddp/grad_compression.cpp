@@ -6,20 +6,21 @@
 // (the error feedback e and the warm-start Q) is kept per parameter id, so a bucket rebuild
 // (DDP re-orders buckets after the first step) does not lose it.
 //
-// Buckets on a GPU (f32 and the casts; PowerSGD's factor arithmetic is host code and refused
-// there): the scale and the casts are the device's kernels into a device half buffer, and
-// finish() orders the compute stream after each all-reduce instead of blocking the host.
+// Buckets on a GPU: every step is a dispatch-table kernel of the bucket's device (the scale,
+// the casts into a device half buffer; PowerSGD's copies, GEMMs and Gram-Schmidt on device
+// factors and error buffers), and finish() orders the compute stream after each all-reduce
+// instead of blocking the host. On the CPU the same kernels give the same bits as ever.
 #include "paratrain/parallel/grad_compression.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <iomanip>
 #include <map>
 #include <sstream>
 
 #include "paratrain/base/error.h"
+#include "paratrain/kernels/cpu/orthogonalize.h"
 #include "paratrain/kernels/registry.h"
 #include "paratrain/tensor/random.h"
 #include "parallel/flat_ops.h"
@@ -138,43 +139,17 @@ std::string compress_summary(const nn::Module& module, const CompressOptions& o)
   return compress_summary(shapes, o);
 }
 
-void orthogonalize_columns(float* P, int64_t n, int64_t r) {
-  // Columns into double, column-major, so each is contiguous.
-  std::vector<double> c(static_cast<size_t>(n * r));
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t k = 0; k < r; ++k) c[k * n + i] = P[i * r + k];
-  for (int64_t k = 0; k < r; ++k) {
-    double* ck = c.data() + k * n;
-    // Subtract the projections on the earlier (unit) columns, twice ("twice is enough":
-    // the second pass removes what rounding left of the first when ck is nearly dependent).
-    for (int pass = 0; pass < 2 && k > 0; ++pass)
-      for (int64_t j = 0; j < k; ++j) {
-        const double* cj = c.data() + j * n;
-        double d = 0;
-        for (int64_t i = 0; i < n; ++i) d += cj[i] * ck[i];
-        for (int64_t i = 0; i < n; ++i) ck[i] -= d * cj[i];
-      }
-    double norm = 0;
-    for (int64_t i = 0; i < n; ++i) norm += ck[i] * ck[i];
-    norm = std::sqrt(norm);
-    // Exactly zero (a vanishing gradient): stays zero instead of dividing by zero. NaN/inf
-    // propagate (the trainer reports a diverged loss).
-    const double inv = norm == 0 ? 0.0 : 1.0 / norm;
-    for (int64_t i = 0; i < n; ++i) ck[i] *= inv;
-  }
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t k = 0; k < r; ++k) P[i * r + k] = static_cast<float>(c[k * n + i]);
-}
+void orthogonalize_columns(float* P, int64_t n, int64_t r) { kernels::cpu::orthogonalize_columns(P, n, r); }
 
 // ---------------------------------------------------------------------------------------
 
 namespace {
 using detail::wait_work;
 
-// PowerSGD's per-parameter memory, kept across steps.
+// PowerSGD's per-parameter memory, kept across steps, on the gradients' device.
 struct Memory {
-  std::vector<float> error;  // n x m, e = M - P Q_local^T of the last compressed step
-  std::vector<float> q;      // m x r: warm start (the last all-reduced Q / world)
+  Tensor error;  // n x m, e = M - P Q_local^T of the last compressed step
+  Tensor q;      // m x r: warm start (the last all-reduced Q / world)
 };
 
 struct Matrix {
@@ -185,6 +160,12 @@ struct Matrix {
 };
 
 enum class Mode { F32, Cast16, PowerSGD };
+
+// `buf` as n f32 elements on `like`'s device: kept when it already is (the factor buffers are
+// reused step after step), else new.
+void reuse_or_make(Tensor& buf, const Tensor& like, int64_t n) {
+  if (!buf.defined() || buf.numel() != n || buf.device_spec() != like.device_spec()) buf = like.new_empty({n});
+}
 
 struct Pending {
   Mode mode = Mode::F32;
@@ -199,8 +180,8 @@ struct Pending {
   std::vector<std::pair<int64_t, int64_t>> plain;  // (offset in flat, numel) sent as they are
   int64_t plain_numel = 0;
   std::vector<Matrix> mats;
-  std::vector<float> up;  // uncompressed values, then the P factors
-  std::vector<float> q;   // the Q factors
+  Tensor up;  // uncompressed values, then the P factors (on the bucket's device)
+  Tensor q;   // the Q factors
   comm::WorkPtr first, second;
 };
 }  // namespace
@@ -252,9 +233,6 @@ void GradCompressor::launch(Tensor& flat, const std::vector<GradSlot>& slots) {
   Mode mode = Mode::F32;
   if (opts_.kind == CompressKind::F16 || opts_.kind == CompressKind::BF16) mode = Mode::Cast16;
   if (opts_.kind == CompressKind::PowerSGD && steps_ >= opts_.powersgd_start_iter) mode = Mode::PowerSGD;
-  if (mode == Mode::PowerSGD && b.device != Device::CPU)
-    PT_THROW(InputError, "PowerSGD compression works on host buckets; the gradients are on ", flat.device_spec().str(),
-             " (use fp16 or bf16 compression there)");
   b.mode = mode;
 
   if (mode == Mode::F32) {
@@ -298,31 +276,35 @@ void GradCompressor::launch(Tensor& flat, const std::vector<GradSlot>& slots) {
       b.plain_numel += s.grad.numel();
     }
   }
-  b.up.resize(static_cast<size_t>(b.plain_numel + p_total));
-  b.q.resize(static_cast<size_t>(q_total));
+  const Device dev = b.device;
+  reuse_or_make(b.up, flat, b.plain_numel + p_total);
+  reuse_or_make(b.q, flat, q_total);
+  float* up = b.up.data<float>();
   int64_t u = 0;
   for (auto [off, n] : b.plain) {
-    std::memcpy(b.up.data() + u, b.flat + off, static_cast<size_t>(n) * 4);
+    bucket_kernel(&Registry::copy, dev)(up + u, b.flat + off, n);
     u += n;
   }
-  float* pbase = b.up.data() + b.plain_numel;
+  float* pbase = up + b.plain_numel;
   for (const Matrix& mt : b.mats) {
     Memory& mem = st.memory[mt.id];
-    if (mem.q.empty()) {
+    if (!mem.q.defined()) {
       // The same N(0, 1) start on every rank: a generator seeded by (seed, parameter id).
-      mem.q.resize(static_cast<size_t>(mt.m * r));
+      std::vector<float> q0(static_cast<size_t>(mt.m * r));
       Generator g(opts_.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(mt.id) + 1);
-      for (auto& v : mem.q) v = static_cast<float>(g.normal());
+      for (auto& v : q0) v = static_cast<float>(g.normal());
+      mem.q = Tensor::from_vector(q0, {mt.m, r}).to(flat.device_spec());
     }
-    if (mem.error.empty())
-      mem.error.assign(static_cast<size_t>(mt.n * mt.m), 0.0f);
+    if (!mem.error.defined())
+      mem.error = Tensor::zeros({mt.n, mt.m}, DType::F32, flat.device_spec());
     else
-      bucket_kernel(&Registry::axpy)(mt.M, mem.error.data(), 1.0f, mt.n * mt.m);  // M += e
+      bucket_kernel(&Registry::axpy, dev)(mt.M, mem.error.data_ptr(), 1.0f, mt.n * mt.m);  // M += e
     // P (n x r) = M (n x m) Q (m x r)
-    bucket_kernel(&Registry::gemm)(false, false, mt.n, r, mt.m, 1.0f, mt.M, mt.m, mem.q.data(), r, 0.0f, pbase + mt.p_off, r);
+    bucket_kernel(&Registry::gemm, dev)(false, false, mt.n, r, mt.m, 1.0f, mt.M, mt.m, mem.q.data_ptr(), r, 0.0f,
+                                        pbase + mt.p_off, r);
   }
-  b.first = pg_->allreduce(b.up.data(), b.up.size(), DType::F32, comm::ReduceOp::kSum);
-  st.bytes += 4 * static_cast<int64_t>(b.up.size());
+  b.first = pg_->allreduce(up, static_cast<size_t>(b.up.numel()), DType::F32, comm::ReduceOp::kSum);
+  st.bytes += 4 * b.up.numel();
 }
 
 void GradCompressor::finish() {
@@ -350,28 +332,31 @@ void GradCompressor::finish() {
             b.flat, b.half_buf, b.numel);
         continue;
       }
-      float* pbase = b.up.data() + b.plain_numel;
+      const Device dev = b.device;
+      float* up = b.up.data<float>();
+      float* qs = b.q.data<float>();
+      float* pbase = up + b.plain_numel;
       for (const Matrix& mt : b.mats) {
         float* P = pbase + mt.p_off;
-        orthogonalize_columns(P, mt.n, r);
+        bucket_kernel(&Registry::orthogonalize_columns, dev)(P, mt.n, r);
         // Q (m x r) = M^T (m x n) P (n x r); a copy stays local for the residual.
-        bucket_kernel(&Registry::gemm)(true, false, mt.m, r, mt.n, 1.0f, mt.M, mt.m, P, r, 0.0f, b.q.data() + mt.q_off, r);
-        std::memcpy(st.memory[mt.id].q.data(), b.q.data() + mt.q_off, static_cast<size_t>(mt.m * r) * 4);
+        bucket_kernel(&Registry::gemm, dev)(true, false, mt.m, r, mt.n, 1.0f, mt.M, mt.m, P, r, 0.0f, qs + mt.q_off, r);
+        bucket_kernel(&Registry::copy, dev)(st.memory[mt.id].q.data_ptr(), qs + mt.q_off, mt.m * r);
       }
       if (!b.mats.empty()) {
-        b.second = pg_->allreduce(b.q.data(), b.q.size(), DType::F32, comm::ReduceOp::kSum);
-        st.bytes += 4 * static_cast<int64_t>(b.q.size());
+        b.second = pg_->allreduce(qs, static_cast<size_t>(b.q.numel()), DType::F32, comm::ReduceOp::kSum);
+        st.bytes += 4 * b.q.numel();
       }
       for (const Matrix& mt : b.mats) {
         // e = M - P Q_local^T: what this rank's share of the approximation left out.
         Memory& mem = st.memory[mt.id];
-        std::memcpy(mem.error.data(), mt.M, static_cast<size_t>(mt.n * mt.m) * 4);
-        bucket_kernel(&Registry::gemm)(false, true, mt.n, mt.m, r, -1.0f, pbase + mt.p_off, r, mem.q.data(), r, 1.0f, mem.error.data(),
-                  mt.m);
+        bucket_kernel(&Registry::copy, dev)(mem.error.data_ptr(), mt.M, mt.n * mt.m);
+        bucket_kernel(&Registry::gemm, dev)(false, true, mt.n, mt.m, r, -1.0f, pbase + mt.p_off, r, mem.q.data_ptr(), r,
+                                            1.0f, mem.error.data_ptr(), mt.m);
       }
       int64_t u = 0;
       for (auto [off, n] : b.plain) {
-        bucket_kernel(&Registry::scale)(b.flat + off, b.up.data() + u, inv_world, n);
+        bucket_kernel(&Registry::scale, dev)(b.flat + off, up + u, inv_world, n);
         u += n;
       }
     }
@@ -379,13 +364,17 @@ void GradCompressor::finish() {
     for (size_t k = 0; k < st.launched; ++k) {
       Pending& b = st.pending[k];
       if (b.mode != Mode::PowerSGD || b.mats.empty()) continue;
-      wait_work(b.second, timeout_s_);
+      const detail::OnDeviceOf on(b.bucket);
+      detail::wait_work_on(b.second, timeout_s_, b.device != Device::CPU);
       b.second.reset();
-      const float* pbase = b.up.data() + b.plain_numel;
+      const Device dev = b.device;
+      const float* pbase = b.up.data<float>() + b.plain_numel;
+      const float* qs = b.q.data<float>();
       for (const Matrix& mt : b.mats) {
         Memory& mem = st.memory[mt.id];
-        bucket_kernel(&Registry::scale)(mem.q.data(), b.q.data() + mt.q_off, inv_world, mt.m * r);
-        bucket_kernel(&Registry::gemm)(false, true, mt.n, mt.m, r, 1.0f, pbase + mt.p_off, r, mem.q.data(), r, 0.0f, mt.M, mt.m);
+        bucket_kernel(&Registry::scale, dev)(mem.q.data_ptr(), qs + mt.q_off, inv_world, mt.m * r);
+        bucket_kernel(&Registry::gemm, dev)(false, true, mt.n, mt.m, r, 1.0f, pbase + mt.p_off, r, mem.q.data_ptr(), r,
+                                            0.0f, mt.M, mt.m);
       }
     }
   } catch (...) {
