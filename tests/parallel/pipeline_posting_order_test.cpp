@@ -2,17 +2,22 @@
 // only when waited for (nccl's rules, emulated by posting_order_group.h with ranks as
 // threads): every schedule completes without a deadlock, every message meets the receive
 // its sender meant (the emulation fails a match whose tags differ), and the losses and
-// gradients are those of running the micro-batches one after another on one rank.
+// gradients are those of running the micro-batches one after another on one rank; the
+// interleaved schedule too, whose messages the executor posts in rounds (p2p_rounds.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <exception>
+#include <set>
+#include <tuple>
 #include <thread>
 #include <vector>
 
 #include "paratrain/autograd/engine.h"
 #include "paratrain/autograd/ops.h"
 #include "paratrain/parallel/pipeline/executor.h"
+#include "paratrain/parallel/pipeline/p2p_rounds.h"
+#include "pipeline_emulation.h"
 #include "posting_order_group.h"
 
 namespace paratrain {
@@ -20,91 +25,10 @@ namespace {
 
 using namespace parallel::pipeline;
 
-const Shape kHidden{2, 3, 4};
-
-Tensor values(int salt) {
-  std::vector<float> v(24);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i) + salt)) * 0.9f;
-  return Tensor::from_vector(v, kHidden);
-}
-
-// Model stage s: x -> tanh(x * w_s); the last one also takes the mean (the loss).
-struct Stages {
-  std::vector<Tensor> weights;
-  explicit Stages(int count) {
-    for (int s = 0; s < count; ++s) {
-      weights.push_back(values(100 + s));
-      weights.back().set_requires_grad(true);
-    }
-  }
-  Tensor forward(int stage, const Tensor& x) const {
-    Tensor y = ops::tanh(ops::mul(x, weights[static_cast<size_t>(stage)]));
-    return stage + 1 == static_cast<int>(weights.size()) ? ops::mean(y) : y;
-  }
-};
-
-struct RankResult {
-  double loss_sum = 0;
-  std::vector<std::vector<float>> grads;  // per model stage (empty: another rank's)
-  std::exception_ptr error;
-};
-
-void expect_matches_one_rank(const ScheduleSpec& spec) {
-  SCOPED_TRACE(std::string(schedule_name(spec.kind)) + " p " + std::to_string(spec.stages) + " m " +
-               std::to_string(spec.micro_batches) + " v " + std::to_string(spec.virtual_chunks));
-  const Schedule schedule = build_schedule(spec);
-  const int p = spec.stages, S = schedule.num_model_stages(), m = spec.micro_batches;
-  const Tensor seed = Tensor::full({}, 1.0f / static_cast<float>(m));
-
-  // One rank, the micro-batches one after another.
-  Stages one(S);
-  double want_loss = 0;
-  for (int mb = 0; mb < m; ++mb) {
-    Tensor x = values(mb);
-    for (int s = 0; s < S; ++s) x = one.forward(s, x);
-    want_loss += x.item();
-    autograd::backward(x, seed);
-  }
-
-  testing::PostingOrderWorld world(p);
-  std::vector<RankResult> results(static_cast<size_t>(p));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < p; ++r)
-    threads.emplace_back([&, r] {
-      RankResult& res = results[static_cast<size_t>(r)];
-      try {
-        Stages mine(S);
-        PipelineExecutor ex(schedule, world.group(r), r, kHidden);
-        StageFunctions fns;
-        fns.tokens = [](int mb) { return values(mb); };
-        fns.forward = [&](int, int chunk, const Tensor& x) { return mine.forward(chunk * p + r, x); };
-        fns.loss_seed = seed;
-        res.loss_sum = ex.run_step(fns).loss_sum;
-        res.grads.resize(static_cast<size_t>(S));
-        for (int s = r; s < S; s += p) res.grads[static_cast<size_t>(s)] = mine.weights[static_cast<size_t>(s)].grad().to_vector();
-      } catch (...) {
-        res.error = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < p; ++r) {
-    const RankResult& res = results[static_cast<size_t>(r)];
-    if (res.error) {
-      try {
-        std::rethrow_exception(res.error);
-      } catch (const std::exception& e) {
-        FAIL() << "rank " << r << ": " << e.what();
-      }
-    }
-  }
-  EXPECT_NEAR(results[static_cast<size_t>((S - 1) % p)].loss_sum, want_loss, 1e-6);
-  for (int s = 0; s < S; ++s) {
-    const std::vector<float> want = one.weights[static_cast<size_t>(s)].grad().to_vector();
-    const std::vector<float>& got = results[static_cast<size_t>(s % p)].grads[static_cast<size_t>(s)];
-    ASSERT_EQ(got.size(), want.size()) << "stage " << s;
-    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6) << "stage " << s << " element " << i;
-  }
-}
+using testing::expect_matches_one_rank;
+using testing::kHidden;
+using testing::Stages;
+using testing::values;
 
 TEST(PipelineInPostingOrder, EveryScheduleCompletesAndMatchesOneRank) {
   for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubble})
@@ -112,47 +36,93 @@ TEST(PipelineInPostingOrder, EveryScheduleCompletesAndMatchesOneRank) {
       for (int m : {1, 2, 5, 8}) expect_matches_one_rank({kind, p, m, 1});
 }
 
-// Interleaving deadlocks under these rules (both ranks of a pair start a batch with a send
-// whose receive the other posts in a later one): the executor refuses it by name.
-TEST(PipelineInPostingOrder, TheInterleavedScheduleIsRefused) {
-  testing::PostingOrderWorld world(2);
-  try {
-    PipelineExecutor ex(build_schedule({ScheduleKind::Interleaved, 2, 4, 2}), world.group(0), 0, kHidden);
-    FAIL() << "interleaved was accepted";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("interleaved schedule does not run on a posting-order (test) pipeline group"),
-              std::string::npos)
-        << e.what();
+// The interleaved schedule, whose two directions between a pair cross (posted as each rank's
+// order reaches them, both ranks start a batch with a send the other receives only in a later
+// one): in message rounds it completes too, with 2 and 3 chunks per rank.
+TEST(PipelineInPostingOrder, TheInterleavedScheduleCompletesAndMatchesOneRank) {
+  for (int p : {2, 3, 4})
+    for (int v : {2, 3})
+      for (int k : {1, 2}) expect_matches_one_rank({ScheduleKind::Interleaved, p, k * p, v});
+}
+
+// The rounds every rank derives alike: rank r's receives of round k are exactly the messages
+// its peers' actions of round k send it, in each sender's order; a rank's actions of a round
+// need only messages of earlier rounds; every message is received once.
+TEST(PipelineInPostingOrder, MessageRoundsPairEachBatchWithThePeersBatchOfTheSameRound) {
+  const std::vector<ScheduleSpec> specs = {{ScheduleKind::OneFOneB, 4, 8, 1},
+                                           {ScheduleKind::ZeroBubble, 3, 5, 1},
+                                           {ScheduleKind::Interleaved, 2, 4, 2},
+                                           {ScheduleKind::Interleaved, 4, 8, 3}};
+  for (const ScheduleSpec& spec : specs) {
+    SCOPED_TRACE(std::string(schedule_name(spec.kind)) + " p " + std::to_string(spec.stages));
+    const Schedule sc = build_schedule(spec);
+    const auto plan = plan_p2p_rounds(sc);
+    const int p = spec.stages;
+    ASSERT_EQ(plan.size(), static_cast<size_t>(p));
+    const size_t rounds = plan[0].size();
+    for (const auto& r : plan) ASSERT_EQ(r.size(), rounds);
+    std::vector<std::vector<std::vector<P2pMessage>>> sent(rounds, std::vector<std::vector<P2pMessage>>(p));
+    std::set<std::tuple<int, int, bool>> received_before;  // (stage, micro-batch, gradient), by earlier rounds
+    size_t messages = 0, receives = 0;
+    std::vector<size_t> begin(static_cast<size_t>(p), 0);
+    for (size_t k = 0; k < rounds; ++k) {
+      for (int q = 0; q < p; ++q) {
+        const auto& actions = sc.ranks[static_cast<size_t>(q)];
+        for (size_t i = begin[q]; i < plan[q][k].end_action; ++i) {
+          const Action& a = actions[i];
+          const int stage = a.chunk * p + q;
+          if (a.kind == ActionKind::SendF) sent[k][a.peer].push_back({q, a.micro_batch, stage + 1, false}), ++messages;
+          if (a.kind == ActionKind::SendB) sent[k][a.peer].push_back({q, a.micro_batch, stage - 1, true}), ++messages;
+          if (a.kind == ActionKind::Forward && stage > 0 && (stage - 1) % p != q)
+            EXPECT_TRUE(received_before.count({stage, a.micro_batch, false})) << "rank " << q << " action " << i;
+          const bool backward = a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput;
+          if (backward && stage + 1 < sc.num_model_stages() && (stage + 1) % p != q)
+            EXPECT_TRUE(received_before.count({stage, a.micro_batch, true})) << "rank " << q << " action " << i;
+        }
+        begin[q] = plan[q][k].end_action;
+      }
+      for (int r = 0; r < p; ++r) {
+        EXPECT_EQ(plan[r][k].receives, sent[k][r]) << "rank " << r << " round " << k;
+        for (const P2pMessage& m : plan[r][k].receives) received_before.insert({m.to_stage, m.micro_batch, m.gradient});
+        receives += plan[r][k].receives.size();
+      }
+    }
+    for (int q = 0; q < p; ++q) EXPECT_EQ(begin[q], sc.ranks[static_cast<size_t>(q)].size()) << "rank " << q;
+    EXPECT_EQ(receives, messages);
+    EXPECT_GT(messages, 0u);
   }
 }
 
 TEST(PipelineInPostingOrder, ForwardOnlyGoesThroughEveryStage) {
-  const int p = 3, S = p;
-  const Schedule schedule = build_schedule({ScheduleKind::OneFOneB, p, 2, 1});
-  Stages one(S);
-  Tensor want = values(7);
-  for (int s = 0; s < S; ++s) want = one.forward(s, want);
-  testing::PostingOrderWorld world(p);
-  std::vector<double> got(p, -1);
-  std::vector<std::string> errors(p);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < p; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        Stages mine(S);
-        PipelineExecutor ex(schedule, world.group(r), r, kHidden);
-        StageFunctions fns;
-        fns.tokens = [](int) { return values(7); };
-        fns.forward = [&](int, int chunk, const Tensor& x) { return mine.forward(chunk * p + r, x); };
-        const Tensor out = ex.forward_only(fns);
-        got[static_cast<size_t>(r)] = out.defined() ? out.item() : -1;
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < p; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
-  EXPECT_EQ(got[(S - 1) % p], want.item());
+  for (const int v : {1, 2}) {
+    const int p = 3, S = p * v;
+    const Schedule schedule =
+        build_schedule({v == 1 ? ScheduleKind::OneFOneB : ScheduleKind::Interleaved, p, v == 1 ? 2 : 3, v});
+    Stages one(S);
+    Tensor want = values(7);
+    for (int s = 0; s < S; ++s) want = one.forward(s, want);
+    testing::PostingOrderWorld world(p);
+    std::vector<double> got(p, -1);
+    std::vector<std::string> errors(p);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < p; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          Stages mine(S);
+          PipelineExecutor ex(schedule, world.group(r), r, kHidden);
+          StageFunctions fns;
+          fns.tokens = [](int) { return values(7); };
+          fns.forward = [&](int, int chunk, const Tensor& x) { return mine.forward(chunk * p + r, x); };
+          const Tensor out = ex.forward_only(fns);
+          got[static_cast<size_t>(r)] = out.defined() ? out.item() : -1;
+        } catch (const std::exception& e) {
+          errors[static_cast<size_t>(r)] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < p; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r << ", v " << v;
+    EXPECT_EQ(got[(S - 1) % p], want.item()) << "v " << v;
+  }
 }
 
 // The emulation is strict: receives posted in another order than the sends fail by name

@@ -9,7 +9,9 @@
 //    only when all its operations have, and a send completes only when its recv is running;
 //  - a wait that is not over within `deadline` fails with a TimeoutError describing what
 //    every rank's running batch still waits for (a deadlock nccl would hang in).
-// Only send and recv are there; the other calls throw.
+// Only send and recv are there; the other calls throw. A matched message is copied with
+// memcpy, or with the world's Copy (device buffers: tests/gpu/pipeline_gpu_test.cpp), on the
+// thread that made the match.
 //
 // Thread-safety: one thread per rank; the world's state is under one mutex. Lifetime: the
 // world outlives its groups and their Works.
@@ -19,11 +21,13 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "paratrain/base/error.h"
@@ -33,8 +37,11 @@ namespace paratrain::testing {
 
 class PostingOrderWorld {
  public:
-  explicit PostingOrderWorld(int size, std::chrono::milliseconds deadline = std::chrono::seconds(20))
-      : ranks_(static_cast<size_t>(size)), deadline_(deadline) {}
+  // dst, src, bytes: what a matched message does with the two buffers (null: memcpy).
+  using Copy = std::function<void(void*, const void*, size_t)>;
+  explicit PostingOrderWorld(int size, std::chrono::milliseconds deadline = std::chrono::seconds(20),
+                             Copy copy = nullptr)
+      : ranks_(static_cast<size_t>(size)), deadline_(deadline), copy_(std::move(copy)) {}
   std::shared_ptr<comm::ProcessGroup> group(int rank);
   // How many batches rank `r` enqueued (each a wait on a not yet started send/recv).
   int batches(int r) {
@@ -121,7 +128,10 @@ class PostingOrderWorld {
               s->work->finish(std::make_exception_ptr(CommError(e.str())));
               r->work->finish(std::make_exception_ptr(CommError(e.str())));
             } else {
-              std::memcpy(r->buf, s->buf, s->bytes);
+              if (copy_)
+                copy_(r->buf, s->buf, s->bytes);
+              else
+                std::memcpy(r->buf, s->buf, s->bytes);
             }
             s->done = r->done = true;
             changed = true;
@@ -147,6 +157,7 @@ class PostingOrderWorld {
   std::condition_variable cv_;
   std::vector<Rank> ranks_;
   std::chrono::milliseconds deadline_;
+  Copy copy_;
 };
 
 class PostingOrderGroup final : public comm::ProcessGroup {

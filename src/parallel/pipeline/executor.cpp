@@ -3,12 +3,14 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "paratrain/autograd/engine.h"
 #include "paratrain/autograd/split_backward.h"
 #include "paratrain/base/error.h"
 #include "paratrain/tensor/allocator.h"
+#include "paratrain/parallel/pipeline/p2p_rounds.h"
 
 namespace paratrain::parallel::pipeline {
 
@@ -62,23 +64,7 @@ PipelineExecutor::PipelineExecutor(Schedule schedule, std::shared_ptr<comm::Proc
   if (pp_rank_ < 0 || pp_rank_ >= schedule_.spec.stages)
     PT_THROW(InputError, "PipelineExecutor: pipeline rank ", pp_rank_, " is not in [0, ", schedule_.spec.stages, ")");
   in_posting_order_ = pp_ && pp_->p2p_matching() == comm::P2pMatching::InPostingOrder;
-  if (!in_posting_order_) return;
-  // Its two directions between a pair interleave so that both ranks' batches can start with a
-  // send whose receive the peer posts only in a later batch: a deadlock where sends wait for
-  // their receives (nccl). Needs sends and receives paired per schedule phase.
-  if (schedule_.spec.kind == ScheduleKind::Interleaved)
-    PT_THROW(InputError, "PipelineExecutor: the interleaved schedule does not run on a ", pp_->backend_name(),
-             " pipeline group yet (its messages match in posting order); use gpipe, 1f1b or zb1p");
-  const int p = schedule_.spec.stages;
-  for (int q = 0; q < p; ++q) {
-    if (q == pp_rank_) continue;
-    for (const Action& a : schedule_.ranks[static_cast<size_t>(q)]) {
-      if (a.peer != pp_rank_) continue;
-      const int stage = a.chunk * p + q;
-      if (a.kind == ActionKind::SendF) sends_to_me_[q].emplace_back(a.micro_batch, stage + 1, false);
-      if (a.kind == ActionKind::SendB) sends_to_me_[q].emplace_back(a.micro_batch, stage - 1, true);
-    }
-  }
+  if (in_posting_order_) rounds_ = plan_p2p_rounds(schedule_)[static_cast<size_t>(pp_rank_)];
 }
 
 PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
@@ -91,7 +77,7 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
   Outbox sends;
   int held = 0;
   std::vector<Tensor> losses;  // the last stage's, read back once at the end
-  std::map<int, size_t> posted;  // posting order: per peer, how many of its messages have a receive
+  std::vector<std::tuple<Tensor, int, int>> round_sends;  // posting order: (data, peer, tag) at the round's end
   const auto stage_of = [&](const Action& a) { return a.chunk * p + pp_rank_; };
   // A receive's data is waited for where it is used (on a GPU, by the compute stream).
   const auto wait = [&](comm::WorkPtr& w, bool on_device) {
@@ -104,40 +90,20 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
     st.p2p_wait_ms += ms_since(t);
     w.reset();
   };
-  const auto send = [&](const Tensor& t, int peer, int tag) { st.p2p_bytes += sends.post(*pp_, t, peer, tag); };
+  const auto send = [&](const Tensor& t, int peer, int tag) {
+    if (in_posting_order_)
+      round_sends.emplace_back(t, peer, tag);
+    else
+      st.p2p_bytes += sends.post(*pp_, t, peer, tag);
+  };
   const auto post_recv = [&](Tensor& buf, comm::WorkPtr& work, int peer, int tag) {
     buf = Tensor::empty(hidden_shape_, DType::F32, device_);
     work = pp_->recv(buf.data<float>(), static_cast<size_t>(buf.numel()), DType::F32, peer, tag);
   };
-  // Posting order: the receive of the message (mb, stage, gradient), after those of every
-  // message its sender sends this rank before it.
-  const auto receive_in_order = [&](int mb, int stage, bool gradient) {
-    const int peer = gradient ? (stage + 1) % p : (stage - 1 + p) % p;
-    const auto& order = sends_to_me_[peer];
-    size_t& next = posted[peer];
-    for (;;) {
-      if (next >= order.size())
-        PT_THROW(Error, "pipeline rank ", pp_rank_, ": the schedule has rank ", peer, " send no ",
-                 gradient ? "gradient" : "activations", " for stage ", stage, ", micro-batch ", mb);
-      const auto [m, to_stage, g] = order[next++];
-      Slot& t = slots[{m, to_stage}];
-      if (g)
-        post_recv(t.grad, t.grad_work, peer, message_tag(m, to_stage, S, true));
-      else
-        post_recv(t.incoming, t.incoming_work, peer, message_tag(m, to_stage, S, false));
-      if (m == mb && to_stage == stage && g == gradient) return;
-    }
-  };
-  // Waits for the data of `buf` (activations or a gradient from a peer); on a posting-order
-  // group its receive is posted first unless it was, or the data was handed over on this rank.
-  const auto await_data = [&](Tensor& buf, comm::WorkPtr& work, int mb, int stage, bool gradient) {
-    if (in_posting_order_ && !work && !buf.defined()) receive_in_order(mb, stage, gradient);
-    wait(work, true);
-  };
   // The gradient of a stage's output, as the backward seed (in the output's dtype).
   const auto seed_of = [&](Slot& s, int mb, int stage) -> Tensor {
     if (stage == S - 1) return fns.loss_seed;
-    await_data(s.grad, s.grad_work, mb, stage, true);
+    wait(s.grad_work, true);  // unless handed over on this rank
     if (!s.grad.defined())
       PT_THROW(Error, "pipeline rank ", pp_rank_, ": no gradient arrived for the output of stage ", stage);
     return s.output.dtype() == DType::F32 ? s.grad : s.grad.to(s.output.dtype());
@@ -157,12 +123,12 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
     --held;
   };
 
-  for (const Action& a : schedule_.ranks[static_cast<size_t>(pp_rank_)]) {
+  const auto run_action = [&](const Action& a) {
     const int stage = stage_of(a);
     Slot& s = slots[{a.micro_batch, stage}];
     switch (a.kind) {
       case ActionKind::RecvF:
-        if (in_posting_order_) break;  // posted when needed
+        if (in_posting_order_) break;  // posted at the end of the round its send is in
         post_recv(s.incoming, s.incoming_work, a.peer, message_tag(a.micro_batch, stage, S, false));
         break;
       case ActionKind::RecvB:
@@ -180,7 +146,7 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
         if (stage == 0) {
           s.input = fns.tokens(a.micro_batch);
         } else {
-          await_data(s.incoming, s.incoming_work, a.micro_batch, stage, false);
+          wait(s.incoming_work, true);
           if (!s.incoming.defined())
             PT_THROW(Error, "pipeline rank ", pp_rank_, ": no activations arrived for stage ", stage, ", micro-batch ",
                      a.micro_batch);
@@ -229,12 +195,33 @@ PipelineStepStats PipelineExecutor::run_step(const StageFunctions& fns) {
         break;
       }
     }
+  };
+
+  const auto& actions = schedule_.ranks[static_cast<size_t>(pp_rank_)];
+  if (!in_posting_order_) {
+    for (const Action& a : actions) run_action(a);
+  } else {
+    // Round by round (p2p_rounds.h): the round's actions, then its receives and sends in one
+    // batch, whose counterparts are in the peers' batches of the same round.
+    size_t next = 0;
+    for (const P2pRound& round : rounds_) {
+      for (; next < round.end_action; ++next) run_action(actions[next]);
+      for (const P2pMessage& m : round.receives) {
+        Slot& t = slots[{m.micro_batch, m.to_stage}];
+        const int tag = message_tag(m.micro_batch, m.to_stage, S, m.gradient);
+        if (m.gradient)
+          post_recv(t.grad, t.grad_work, m.from, tag);
+        else
+          post_recv(t.incoming, t.incoming_work, m.from, tag);
+      }
+      for (const auto& [data, peer, tag] : round_sends) st.p2p_bytes += sends.post(*pp_, data, peer, tag);
+      round_sends.clear();
+    }
+    if (next != actions.size())
+      PT_THROW(Error, "pipeline rank ", pp_rank_, ": the message rounds cover ", next, " of its ", actions.size(),
+               " actions");
   }
   for (auto& w : sends.works) wait(w, false);
-  for (const auto& [peer, order] : sends_to_me_)
-    if (posted[peer] != order.size())
-      PT_THROW(Error, "pipeline rank ", pp_rank_, ": ", order.size() - posted[peer], " of rank ", peer,
-               "'s messages to it were never received");
   // The host's one wait for the step's losses (on a GPU), summed in the order they were made.
   for (const Tensor& l : losses) st.loss_sum += l.item();
   st.wall_ms = ms_since(t_step);

@@ -9,12 +9,14 @@
 // micro-batch, chunk); sends are waited for at the end of the step, receives when their data
 // is needed, each under the group's deadline.
 //
-// Groups that match messages in posting order (P2pMatching::InPostingOrder: nccl) get no
-// receive ahead of need: a receive is posted when its data is needed, after the receives of
-// every message the peer sends this rank before it (each rank's send order is in the
-// schedule), so the two sides post each pair's messages in the same order and no batch waits
-// for a send the peer makes only later. Receives are then waited for with
-// Work::wait_on_device (a GPU's compute stream waits, not the host).
+// Groups that match messages in posting order and start them in batches (P2pMatching::
+// InPostingOrder: nccl) run the schedule in message rounds that every rank derives from the
+// schedule alike (p2p_rounds.h): a round's actions, then, in one batch,
+// its sends and the receives of the messages the peers send this rank in the same round. Each
+// batch's counterparts are in the peers' batches of that round, so every schedule runs there
+// without a deadlock, the interleaved one included, and each pair's messages are posted in the
+// same order on both sides. Receives are waited for with Work::wait_on_device (a GPU's compute
+// stream waits, not the host).
 //
 // Device: the activations received, the losses and the memory figures are on `device` (the
 // stages' parameters'); the losses are read back once, at the end of the step.
@@ -33,6 +35,7 @@
 #include <vector>
 
 #include "paratrain/comm/process_group.h"
+#include "paratrain/parallel/pipeline/p2p_rounds.h"
 #include "paratrain/parallel/pipeline/schedule.h"
 #include "paratrain/tensor/tensor.h"
 
@@ -83,10 +86,9 @@ class PipelineExecutor {
   int pp_rank_;
   Shape hidden_shape_;
   DeviceSpec device_;
-  // Posting-order groups: per peer, the messages it sends this rank, in its order, as
-  // (micro-batch, receiving model stage, is-gradient); empty for tag-matching groups.
+  // Posting-order groups: this rank's message rounds (p2p_rounds.h); empty for tag-matching ones.
   bool in_posting_order_ = false;
-  std::map<int, std::vector<std::tuple<int, int, bool>>> sends_to_me_;
+  std::vector<P2pRound> rounds_;
 };
 
 }  // namespace paratrain::parallel::pipeline
