@@ -1,5 +1,6 @@
 #include "data_parallel_step.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -33,6 +34,7 @@ StepOutcome DataParallelStep::run(int64_t step, const Tensor& seed) {
   std::vector<Tensor> losses;  // read back once, after the last micro-batch
   losses.reserve(static_cast<size_t>(grad_accum_));
   const auto t0 = Clock::now();
+  double slept_s = 0;
   for (int64_t k = 0; k < grad_accum_; ++k) {
     const bool last = k + 1 == grad_accum_;
     std::optional<parallel::NoSyncScope> no_sync = last ? std::nullopt : model_.no_sync();
@@ -53,9 +55,12 @@ StepOutcome DataParallelStep::run(int64_t step, const Tensor& seed) {
     const double forward_s = seconds_since(t_micro);
     // A simulated slow device is slow before its gradients exist: idle (F-1) x the last
     // micro-step's compute time (3 x this forward's at the very first) before backward.
-    if (slowdown_ > 1.0)
+    if (slowdown_ > 1.0) {
+      const auto t_sleep = Clock::now();
       std::this_thread::sleep_for(
           std::chrono::duration<double>((slowdown_ - 1.0) * (last_micro_s_ > 0 ? last_micro_s_ : 3.0 * forward_s)));
+      slept_s += seconds_since(t_sleep);
+    }
     const auto t_backward = Clock::now();
     autograd::backward(loss, seed);
     last_micro_s_ = forward_s + seconds_since(t_backward);
@@ -64,6 +69,10 @@ StepOutcome DataParallelStep::run(int64_t step, const Tensor& seed) {
   // micro-batch order, as they were made.
   for (const Tensor& l : losses) out.loss_sum += l.item();
   out.compute_s = seconds_since(t0);
+  // On a GPU the host only enqueues: the micro-step's compute is what the step waited for,
+  // less the simulated idling, per micro-batch.
+  if (device_.kind != Device::CPU)
+    last_micro_s_ = std::max(0.0, out.compute_s - slept_s) / static_cast<double>(grad_accum_);
   return out;
 }
 

@@ -26,7 +26,9 @@ class DataParallelStep final : public StepSchedule {
   autograd::WeightCastCache* half_copies_;
   double slowdown_;
   DeviceSpec device_;
-  double last_micro_s_ = 0;  // compute time of the last micro-step (for the simulated slowdown)
+  // Compute time of the last micro-step (for the simulated slowdown); on a GPU the last step's
+  // mean, measured to its loss read-back.
+  double last_micro_s_ = 0;
 };
 
 }  // namespace paratrain::train

@@ -28,20 +28,11 @@ DeviceSpec place_training(const TrainConfig& cfg, const comm::JobEnv& job) {
 
 void check_layout_on_device(const TrainConfig& c, const parallel::MeshShape& shape, const DeviceSpec& device) {
   if (device.kind == Device::CPU) return;
-  const std::string on = "--device " + c.device;
-  const char* use_cpu = " yet (use --device cpu for it)";
-  // nccl matches a peer's messages in posting order; the interleaved schedule's two directions
-  // would deadlock under that (parallel/pipeline/executor.h)
-  if (shape.pp > 1 && c.pp_schedule == "interleaved")
-    PT_THROW(InputError, "--pp-schedule interleaved does not run with ", on,
-             " yet (use --pp-schedule gpipe, 1f1b or zb1p, or --device cpu)");
-  // fp16/bf16 casts run on the device (DDP's buckets, ZeRO 3's collectives); PowerSGD's factor
-  // arithmetic is host code
-  if (c.compress == "powersgd")
-    PT_THROW(InputError, "--compress powersgd does not run with ", on, " yet (use --compress none, fp16 or bf16)");
-  if (c.balance == "auto") PT_THROW(InputError, "--balance auto does not run with ", on, use_cpu);
+  // Every layout, schedule, compression and --balance runs there (docs/cuda.md); only nccl's
+  // lack of a rank-ordered reduction stands in the way of a bit-identical multi-rank run.
   if (shape.world() > 1 && c.deterministic)
-    PT_THROW(InputError, "--deterministic with ", on, ": nccl has no rank-ordered reduction (use --device cpu)");
+    PT_THROW(InputError, "--deterministic with --device ", c.device,
+             ": nccl has no rank-ordered reduction (use --device cpu)");
 }
 
 std::string backend_on(const TrainConfig& c, const DeviceSpec& device) {

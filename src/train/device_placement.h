@@ -24,9 +24,9 @@ namespace paratrain::train {
 // does not exist on this node, naming the local rank and how many GPUs there are.
 DeviceSpec place_training(const TrainConfig& cfg, const comm::JobEnv& job);
 
-// The combinations that do not run on a GPU yet: InputError naming the option and what to
-// use instead. Nothing to check on the CPU. Every built-in model runs on a GPU (the CNN's
-// convolution and max-pool have CUDA kernels), so only the layout and its options matter.
+// The combinations that do not run on a GPU: InputError naming the option and what to use
+// instead (today only --deterministic over several ranks). Nothing to check on the CPU. Every
+// built-in model, layout, pipeline schedule and compression runs on a GPU.
 void check_layout_on_device(const TrainConfig& cfg, const parallel::MeshShape& shape, const DeviceSpec& device);
 
 // The process-group backend for `cfg.backend` on `device`: auto is nccl for GPU tensors
