@@ -94,3 +94,31 @@ TEST(KernelDispatch, HalfCrossEntropyIsTheF32KernelOnWidenedLogits) {
       ASSERT_EQ(dlog[i], t == DType::BF16 ? f32_to_bf16(dlog_f[i]) : f32_to_f16(dlog_f[i])) << dtype_name(t) << " " << i;
   }
 }
+
+// The CPU's gemm_bias is its gemm, then its bias_add, bit for bit, in f32 and the half types
+// (linear layers call it; the CUDA one is the bias epilogue: tests/gpu/basic_kernels_test).
+TEST(KernelDispatch, CpuGemmBiasIsTheGemmThenTheBiasAdd) {
+  const Registry& r = kernels::registry();
+  const int64_t M = 5, N = 7, K = 9;
+  std::vector<float> A(M * K), B(K * N), bias(N);
+  for (size_t i = 0; i < A.size(); ++i) A[i] = std::sin(0.3f * static_cast<float>(i));
+  for (size_t i = 0; i < B.size(); ++i) B[i] = std::cos(0.7f * static_cast<float>(i));
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.25f * static_cast<float>(i) - 1.0f;
+  for (DType t : {DType::F32, DType::BF16, DType::F16})
+    for (bool trans_b : {false, true}) {
+      const Tensor a = Tensor::from_vector(A, {M, K}).to(t), b = Tensor::from_vector(B, {K, N}).to(t),
+                   c = Tensor::from_vector(bias, {N}).to(t);
+      Tensor fused = Tensor::empty({M, N}, t), two = Tensor::empty({M, N}, t);
+      r.gemm_bias.at(Device::CPU, t)(trans_b, M, N, K, a.data_ptr(), b.data_ptr(), c.data_ptr(), fused.data_ptr());
+      r.gemm.at(Device::CPU, t)(false, trans_b, M, N, K, 1.0f, a.data_ptr(), K, b.data_ptr(), trans_b ? K : N, 0.0f,
+                                two.data_ptr(), N);
+      r.bias_add.at(Device::CPU, t)(two.data_ptr(), c.data_ptr(), M, N);
+      const std::vector<float> f = fused.to(DType::F32).to_vector(), w = two.to(DType::F32).to_vector();
+      for (size_t i = 0; i < f.size(); ++i) ASSERT_EQ(f[i], w[i]) << dtype_name(t) << " trans_b " << trans_b << " " << i;
+      // and not only the GEMM: the bias is in it
+      const double g00 = f[0];
+      double dot = 0;
+      for (int64_t k = 0; k < K; ++k) dot += static_cast<double>(A[k]) * (trans_b ? B[k] : B[k * N]);
+      if (t == DType::F32) EXPECT_NEAR(g00, dot + bias[0], 1e-4) << "trans_b " << trans_b;
+    }
+}

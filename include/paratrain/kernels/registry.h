@@ -22,6 +22,14 @@ struct Registry {
   // gemm.h
   PT_KERNEL_TABLE(gemm);
   PT_KERNEL_TABLE(gemm_batched);
+  // A linear layer's forward with its bias: out (M,N) = A (M,K) op(B) + bias (N) in every row,
+  // op(B) = B (K,N), or B^T with B (N,K) when trans_b; contiguous (lda K, ldb K or N, ldc N),
+  // all in the table's dtype. The CPU's is its gemm, then its bias_add (the bits of the two
+  // calls); CUDA's is one cuBLASLt GEMM with the bias epilogue (f32 accumulation, the bias
+  // added before the one rounding to the output type), so the output is written once.
+  KernelTable<void(bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, const void* B, const void* bias,
+                   void* out)>
+      gemm_bias{"gemm_bias"};
   // elementwise.h
   PT_KERNEL_TABLE(fill);
   PT_KERNEL_TABLE(copy);

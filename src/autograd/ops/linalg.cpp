@@ -63,8 +63,10 @@ Tensor linear_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, b
     if (b.numel() != N) PT_THROW(InputError, "linear: bias ", shape_str(b.shape()), " for ", N, " outputs");
   }
   Tensor out = x.new_empty(with_last(x.shape(), N));
-  forward_gemm(kernel(&Registry::gemm, x), out.data_ptr(), x.data_ptr(), w.data_ptr(), M, N, K, trans_b);
-  if (b.defined()) kernel(&Registry::bias_add, out)(out.data_ptr(), b.data_ptr(), M, N);
+  if (b.defined())  // one kernel where the device fuses the bias into the GEMM's epilogue
+    kernel(&Registry::gemm_bias, x)(trans_b, M, N, K, x.data_ptr(), w.data_ptr(), b.data_ptr(), out.data_ptr());
+  else
+    forward_gemm(kernel(&Registry::gemm, x), out.data_ptr(), x.data_ptr(), w.data_ptr(), M, N, K, trans_b);
   if (autograd::any_requires_grad({&x_in, &w_in, &b_in})) {
     Tensor sx = x.detach(), sw = w.detach();
     bool has_bias = b.defined();

@@ -12,6 +12,17 @@ namespace paratrain::kernels::cpu {
 
 static void register_reduce_into(Registry& r);
 
+namespace {
+// gemm_bias on the CPU: this dtype's gemm, then its bias_add (registry.h).
+template <DType T>
+void gemm_then_bias_add(bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, const void* B,
+                        const void* bias, void* out) {
+  const Registry& r = registry();
+  r.gemm.at(Device::CPU, T)(false, trans_b, M, N, K, 1.0f, A, K, B, trans_b ? K : N, 0.0f, out, N);
+  r.bias_add.at(Device::CPU, T)(out, bias, M, N);
+}
+}  // namespace
+
 void register_kernels(Registry& r) {
   constexpr Device C = Device::CPU;
   constexpr DType F = DType::F32;
@@ -112,6 +123,9 @@ void register_kernels(Registry& r) {
   r.cast_to_f32.set(C, DType::BF16, erase<&cpu::bf16_to_f32>);
   r.cast_to_f32.set(C, DType::F16, erase<&cpu::f16_to_f32>);
   r.cast_to_f32.set(C, F, erase<&cpu::copy>);
+  r.gemm_bias.set(C, F, &gemm_then_bias_add<DType::F32>);
+  r.gemm_bias.set(C, DType::BF16, &gemm_then_bias_add<DType::BF16>);
+  r.gemm_bias.set(C, DType::F16, &gemm_then_bias_add<DType::F16>);
   register_reduce_into(r);
 }
 

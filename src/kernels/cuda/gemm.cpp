@@ -15,6 +15,11 @@
 //  - K == 0: C = beta C by a kernel; M == 0, N == 0 or batch == 0: nothing.
 //  - gemm_batched with a 0 stride for A or B (a matrix shared by the batch) runs one GEMM
 //    per matrix; otherwise one strided-batched cuBLASLt call.
+//  - gemm_bias: the plan carries CUBLASLT_EPILOGUE_BIAS (the bias in the output's type, added
+//    to the f32 accumulator before the one rounding); the bias pointer is a descriptor
+//    attribute, so it is set and the GEMM enqueued under the cache's mutex. A bias not 16-byte
+//    aligned, or a shape the heuristic has no epilogue algorithm for, runs as gemm then the
+//    bias_add kernel (the same sum, rounded twice in bf16/f16) -- the plan records which.
 // Everything runs on the compute stream; the workspace is used by one GEMM at a time because
 // every GEMM of the device is on that one stream.
 #include <cublasLt.h>
@@ -48,13 +53,14 @@ struct Key {
   bool ta, tb;
   int64_t M, N, K, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
   uint32_t align_a, align_b, align_c;
+  bool bias = false;  // the bias epilogue (gemm_bias)
   bool operator==(const Key&) const = default;
 };
 struct KeyHash {
   size_t operator()(const Key& k) const {
     size_t h = static_cast<size_t>(k.dtype) * 4 + static_cast<size_t>(k.ta) * 2 + static_cast<size_t>(k.tb);
     for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc, k.batch, k.stride_a, k.stride_b, k.stride_c,
-                      int64_t{k.align_a}, int64_t{k.align_b}, int64_t{k.align_c}})
+                      int64_t{k.align_a}, int64_t{k.align_b}, int64_t{k.align_c}, int64_t{k.bias}})
       h = h * 0x9e3779b97f4a7c15ull + static_cast<size_t>(v);
     return h;
   }
@@ -64,6 +70,7 @@ struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (our B), B (our A), C = D
   cublasLtMatmulAlgo_t algo{};
+  bool fused = true;  // a bias plan whose epilogue has an algorithm (else gemm, then bias_add)
 };
 
 // Per device; lives as long as the process (launch.h per_device).
@@ -120,6 +127,12 @@ Plan make_plan(cublasLtHandle_t handle, const Key& k) {
   const cublasOperation_t op_a = k.tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = k.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   PT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   PT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  if (k.bias) {
+    // Our C^T is cuBLASLt's D (N rows, M columns): its per-row bias is our per-column one.
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    PT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    PT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof(type)));
+  }
   // Our B, stored row-major (K,N) or (N,K) when trans_b: column-major (N,K) or (K,N).
   p.a = make_layout(type, k.tb ? k.K : k.N, k.tb ? k.N : k.K, k.ldb, k.batch, k.stride_b);
   // Our A, stored row-major (M,K) or (K,M) when trans_a: column-major (K,M) or (M,K).
@@ -145,6 +158,10 @@ Plan make_plan(cublasLtHandle_t handle, const Key& k) {
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
+  if (k.bias && (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0))) {
+    p.fused = false;  // gemm, then bias_add
+    return p;
+  }
   if (st != CUBLAS_STATUS_SUCCESS) throw_cublas(st, "cublasLtMatmulAlgoGetHeuristic");
   if (found == 0)
     PT_THROW(::paratrain::cuda::CudaError, "gemm: cuBLASLt has no algorithm for ", dtype_name(k.dtype), " M=", k.M,
@@ -164,6 +181,13 @@ void check_args(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, 
              " N=", N, " K=", K, ")");
 }
 
+// The plan of a GEMM (made on first use), under the cache's mutex held by `lock`.
+const Plan& plan_for(LtState& st, const Key& key) {
+  auto it = st.plans.find(key);
+  if (it == st.plans.end()) it = st.plans.emplace(key, make_plan(st.handle, key)).first;
+  return it->second;
+}
+
 // One cuBLASLt call: `batch` matrices (1: a plain GEMM), M, N, K >= 1.
 template <DType T>
 void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda, const void* B,
@@ -176,12 +200,30 @@ void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const v
   const Plan* plan = nullptr;
   {
     std::lock_guard<std::mutex> lock(st.mu);
-    auto it = st.plans.find(key);
-    if (it == st.plans.end()) it = st.plans.emplace(key, make_plan(st.handle, key)).first;
-    plan = &it->second;
+    plan = &plan_for(st, key);
   }
   PT_CUBLAS_CHECK(cublasLtMatmul(st.handle, plan->op, &alpha, B, plan->a, A, plan->b, &beta, C, plan->c, C, plan->c,
                                  &plan->algo, st.workspace, kWorkspaceBytes, detail::stream()));
+}
+
+// out = A op(B) + bias through the bias epilogue; false (nothing run) where the plan has no
+// fused algorithm or the bias is not 16-byte aligned.
+template <DType T>
+bool run_with_bias(bool tb, int64_t M, int64_t N, int64_t K, const void* A, const void* B, const void* bias,
+                   void* out) {
+  if (reinterpret_cast<uintptr_t>(bias) % 16 != 0) return false;
+  LtState& st = detail::per_device<LtState>();
+  const int64_t ldb = tb ? K : N;
+  Key key{T, false, tb, M, N, K, K, ldb, N, 1, 0, 0, 0, alignment(A, 0), alignment(B, 0), alignment(out, 0)};
+  key.bias = true;
+  const float alpha = 1.0f, beta = 0.0f;
+  std::lock_guard<std::mutex> lock(st.mu);  // the bias pointer lives in the shared descriptor
+  const Plan& plan = plan_for(st, key);
+  if (!plan.fused) return false;
+  PT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  PT_CUBLAS_CHECK(cublasLtMatmul(st.handle, plan.op, &alpha, B, plan.a, A, plan.b, &beta, out, plan.c, out, plan.c,
+                                 &plan.algo, st.workspace, kWorkspaceBytes, detail::stream()));
+  return true;
 }
 
 }  // namespace
@@ -215,11 +257,22 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   run<T>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, batch, stride_a, stride_b, stride_c);
 }
 
+template <DType T>
+void gemm_bias(bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, const void* B, const void* bias,
+               void* out) {
+  check_args(false, trans_b, M, N, K, K, trans_b ? K : N, N, "gemm_bias");
+  if (M == 0 || N == 0) return;
+  if (K > 0 && run_with_bias<T>(trans_b, M, N, K, A, B, bias, out)) return;
+  gemm<T>(false, trans_b, M, N, K, 1.0f, A, K, B, trans_b ? K : N, 0.0f, out, N);
+  bias_add<T>(out, bias, M, N);
+}
+
 #define PT_INST(T)                                                                                                 \
   template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, const void*, int64_t,  \
                         float, void*, int64_t);                                                                    \
   template void gemm_batched<T>(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, const void*,  \
-                                int64_t, float, void*, int64_t, int64_t, int64_t, int64_t, int64_t);
+                                int64_t, float, void*, int64_t, int64_t, int64_t, int64_t, int64_t);             \
+  template void gemm_bias<T>(bool, int64_t, int64_t, int64_t, const void*, const void*, const void*, void*);
 PT_INST(DType::F32)
 PT_INST(DType::BF16)
 PT_INST(DType::F16)

@@ -16,6 +16,7 @@ void register_basic_kernels(Registry& r) {
   r.name.set(G, DType::F16, &cuda::name<DType::F16>)
   PT_CUDA_ALL(gemm);
   PT_CUDA_ALL(gemm_batched);
+  PT_CUDA_ALL(gemm_bias);
   PT_CUDA_ALL(fill);
   PT_CUDA_ALL(copy);
   PT_CUDA_ALL(add);
