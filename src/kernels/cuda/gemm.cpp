@@ -181,7 +181,7 @@ void check_args(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, 
              " N=", N, " K=", K, ")");
 }
 
-// The plan of a GEMM (made on first use), under the cache's mutex held by `lock`.
+// The plan of a GEMM (made on first use); the caller holds st.mu.
 const Plan& plan_for(LtState& st, const Key& key) {
   auto it = st.plans.find(key);
   if (it == st.plans.end()) it = st.plans.emplace(key, make_plan(st.handle, key)).first;

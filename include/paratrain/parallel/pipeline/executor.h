@@ -29,9 +29,7 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
-#include <tuple>
 #include <vector>
 
 #include "paratrain/comm/process_group.h"
