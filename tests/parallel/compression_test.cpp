@@ -21,6 +21,7 @@
 #include "paratrain/autograd/engine.h"
 #include "paratrain/base/error.h"
 #include "paratrain/comm/store.h"
+#include "paratrain/kernels/registry.h"
 #include "paratrain/nn/gpt.h"
 #include "parallel/ddp_test_util.h"
 #include "paratrain/parallel/ddp.h"
@@ -144,6 +145,18 @@ TEST(Compression, OrthogonalizeColumns) {
   for (int64_t i = 0; i < n; ++i) n0 += Z[i * 2] * Z[i * 2], n1 += Z[i * 2 + 1] * Z[i * 2 + 1];
   EXPECT_EQ(n0, 0.0);
   EXPECT_NEAR(n1, 1.0, 1e-6);
+  // Through the dispatch table (what the compressor calls): the same function; a negative
+  // size is an InputError naming the kernel.
+  auto Q = randn(n * r, 3), Q2 = Q;
+  orthogonalize_columns(Q.data(), n, r);
+  kernels::registry().orthogonalize_columns.at(Device::CPU, DType::F32)(Q2.data(), n, r);
+  EXPECT_EQ(Q, Q2);
+  try {
+    kernels::registry().orthogonalize_columns.at(Device::CPU, DType::F32)(Q2.data(), -1, r);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("orthogonalize_columns: negative size -1 x 4"), std::string::npos) << e.what();
+  }
 }
 
 // fp16 and bf16: the mean over ranks to 16-bit precision, identical on every rank.

@@ -6,6 +6,7 @@
 // interleaved schedule too, whose messages the executor posts in rounds (p2p_rounds.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <set>
@@ -90,6 +91,28 @@ TEST(PipelineInPostingOrder, MessageRoundsPairEachBatchWithThePeersBatchOfTheSam
     for (int q = 0; q < p; ++q) EXPECT_EQ(begin[q], sc.ranks[static_cast<size_t>(q)].size()) << "rank " << q;
     EXPECT_EQ(receives, messages);
     EXPECT_GT(messages, 0u);
+  }
+}
+
+// A schedule whose rank waits for a message no rank sends (rank 0's SEND_F of micro-batch 0
+// taken out) cannot be put in rounds: an Error naming each waiting rank, its action and stage
+// (rank 1's forward waits for the activations, rank 0's backward for rank 1's gradient).
+TEST(PipelineInPostingOrder, MessageRoundsOfAScheduleThatCannotCompleteAreAnError) {
+  Schedule sc = build_schedule({ScheduleKind::OneFOneB, 2, 2, 1});
+  auto& r0 = sc.ranks[0];
+  const auto send = std::find_if(r0.begin(), r0.end(), [](const Action& a) {
+    return a.kind == ActionKind::SendF && a.micro_batch == 0;
+  });
+  ASSERT_NE(send, r0.end());
+  r0.erase(send);
+  try {
+    plan_p2p_rounds(sc);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pipeline schedule 1f1b: rank 0's B of micro-batch 0 (stage 0), rank 1's F "
+                                         "of micro-batch 0 (stage 1) wait for messages no rank sends"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -2,6 +2,7 @@
 #include "paratrain/parallel/pipeline/p2p_rounds.h"
 
 #include <set>
+#include <string>
 #include <tuple>
 
 #include "paratrain/base/error.h"
@@ -56,16 +57,19 @@ std::vector<std::vector<P2pRound>> plan_p2p_rounds(const Schedule& schedule) {
         progressed = true;
       }
     if (all_done) return plan;
-    if (!progressed)
+    if (!progressed) {  // every unfinished rank waits: name them all (one of them is the cause)
+      std::string stuck;
       for (int r = 0; r < p; ++r) {
         const auto& actions = schedule.ranks[static_cast<size_t>(r)];
         const size_t i = next[static_cast<size_t>(r)];
         if (i == actions.size()) continue;
         const Action& a = actions[i];
-        PT_THROW(Error, "pipeline schedule ", schedule_name(schedule.spec.kind), ": rank ", r, "'s ",
-                 action_name(a.kind), " of micro-batch ", a.micro_batch, " (stage ", a.chunk * p + r,
-                 ") waits for a message no rank sends");
+        stuck += (stuck.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + "'s " + action_name(a.kind) +
+                 " of micro-batch " + std::to_string(a.micro_batch) + " (stage " + std::to_string(a.chunk * p + r) + ")";
       }
+      PT_THROW(Error, "pipeline schedule ", schedule_name(schedule.spec.kind), ": ", stuck,
+               " wait for messages no rank sends");
+    }
   }
 }
 

@@ -39,8 +39,8 @@ struct P2pRound {
 };
 
 // Per rank, its rounds (the same count for every rank; a rank may have nothing in some).
-// Error naming the rank and the action when the schedule cannot complete (it waits for a
-// message no rank sends).
+// Error naming every waiting rank and its action when the schedule cannot complete (a rank
+// waits for a message no rank sends).
 std::vector<std::vector<P2pRound>> plan_p2p_rounds(const Schedule& schedule);
 
 }  // namespace paratrain::parallel::pipeline
