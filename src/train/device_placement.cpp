@@ -26,15 +26,6 @@ DeviceSpec place_training(const TrainConfig& cfg, const comm::JobEnv& job) {
   return d;
 }
 
-void check_layout_on_device(const TrainConfig& c, const parallel::MeshShape& shape, const DeviceSpec& device) {
-  if (device.kind == Device::CPU) return;
-  // Every layout, schedule, compression and --balance runs there (docs/cuda.md); only nccl's
-  // lack of a rank-ordered reduction stands in the way of a bit-identical multi-rank run.
-  if (shape.world() > 1 && c.deterministic)
-    PT_THROW(InputError, "--deterministic with --device ", c.device,
-             ": nccl has no rank-ordered reduction (use --device cpu)");
-}
-
 std::string backend_on(const TrainConfig& c, const DeviceSpec& device) {
   if (device.kind == Device::CPU || c.backend == "nccl") return c.backend;
   if (c.backend == "auto") return "nccl";

@@ -1,6 +1,6 @@
 // Where a run trains (TrainConfig::device) and what that decides: the GPU of each rank, the
-// layouts that run there, the backend `auto` means, and the allocator whose figures the
-// metrics report. Internal to the train layer.
+// backend `auto` means, and the allocator whose figures the metrics report (every built-in
+// model, layout, schedule and compression runs on a GPU). Internal to the train layer.
 //
 // --device cuda gives every rank the GPU of its local rank (cuda:LOCAL_RANK, as
 // `paratrain launch --nproc-per-node auto` starts one rank per GPU); cuda:N puts every rank
@@ -13,7 +13,6 @@
 
 #include "paratrain/comm/process_group.h"
 #include "paratrain/nn/module.h"
-#include "paratrain/parallel/mesh.h"
 #include "paratrain/tensor/allocator.h"
 #include "paratrain/tensor/device.h"
 #include "paratrain/train/config.h"
@@ -23,11 +22,6 @@ namespace paratrain::train {
 // The device this rank trains on (cpu, or its GPU made current). InputError when the GPU
 // does not exist on this node, naming the local rank and how many GPUs there are.
 DeviceSpec place_training(const TrainConfig& cfg, const comm::JobEnv& job);
-
-// The combinations that do not run on a GPU: InputError naming the option and what to use
-// instead (today only --deterministic over several ranks). Nothing to check on the CPU. Every
-// built-in model, layout, pipeline schedule and compression runs on a GPU.
-void check_layout_on_device(const TrainConfig& cfg, const parallel::MeshShape& shape, const DeviceSpec& device);
 
 // The process-group backend for `cfg.backend` on `device`: auto is nccl for GPU tensors
 // (the default choice, shm/tcp, otherwise); shm, tcp and mpi move host memory, so on a GPU

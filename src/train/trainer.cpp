@@ -139,7 +139,6 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
   set_threads(cfg, job);
   // ---- the device: this rank's GPU becomes current (cuda: the local rank's) ----
   const DeviceSpec device = place_training(cfg, job);
-  check_layout_on_device(cfg, shape, device);
   const std::string backend = backend_on(cfg, device);
   // --trace DIR: created (InputError when it cannot be) and recording from here; a failed run
   // still writes this rank's file (TraceSession's destructor).

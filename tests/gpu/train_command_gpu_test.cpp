@@ -2,8 +2,8 @@
 // against the same run on the CPU (gpt-nano, and the CNN classifier on a small set in
 // Fashion-MNIST's format written by the test), mixed precision on the GPU, an exact resume
 // there, the metrics' device figures, and DDP (with bf16 and PowerSGD compression, and
-// --balance auto), ZeRO 3, tensor and pipeline parallelism over nccl when the machine has two
-// GPUs. Skips without a GPU (PT_REQUIRE_GPU).
+// --balance auto), --deterministic (bit for bit one GPU accumulating), ZeRO 3, tensor and
+// pipeline parallelism over nccl when the machine has two GPUs. Skips without a GPU (PT_REQUIRE_GPU).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -261,6 +262,30 @@ TEST_F(TrainCommandOnGpu, DdpOverNcclMatchesOneGpu) {
                                  "two_bf16.jsonl"));
   ASSERT_EQ(bf16.size(), single.size());
   for (size_t s = 0; s < bf16.size(); ++s) EXPECT_NEAR(bf16[s], single[s], 2e-2 * single[s]) << "bf16, step " << s + 1;
+}
+
+// --deterministic on two GPUs: the nccl group sums in rank order (the ranks' contributions
+// gathered by grouped sends/recvs and combined by one kernel), so two ranks with one
+// micro-batch each write the same weights, byte for byte, as one GPU accumulating both, as
+// two CPU ranks do against one CPU process (AdamW: bit-identity leaves no noise to amplify).
+TEST_F(TrainCommandOnGpu, DeterministicTwoGpusAreBitIdenticalToOneAccumulating) {
+  PT_REQUIRE_GPU();
+  if (cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, this machine has " << cuda::device_count();
+  const std::string args = " train --model gpt-nano --data " + path("tokens.bin") +
+                           " --steps 5 --micro-batch 4 --lr 1e-3 --grad-clip 1.0 --seed 3 --quiet --device cuda"
+                           " --deterministic --save-final ";
+  const auto one = test::run_paratrain(args + path("one.st") + " --grad-accum 2", 300);
+  ASSERT_EQ(one.rc, 0) << one.out;
+  const auto two = test::run_paratrain("launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) + args +
+                                           path("two.st"), 300);
+  ASSERT_EQ(two.rc, 0) << two.out;
+  auto bytes = [&](const std::string& name) {
+    std::ifstream in(path(name), std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string w = bytes("one.st");
+  ASSERT_FALSE(w.empty());
+  EXPECT_TRUE(bytes("two.st") == w) << "two GPUs --deterministic differ from one GPU --grad-accum 2";
 }
 
 // PowerSGD on two GPUs (factors, error feedback and Gram-Schmidt on the devices, the two

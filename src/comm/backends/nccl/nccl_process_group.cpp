@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <tuple>
 
+#include "comm/algorithms/algorithms.h"
+#include "comm/backends/nccl/rank_ordered.h"
 #include "comm/transport_process_group.h"
 #include "paratrain/base/error.h"
 #include "paratrain/base/log.h"
+#include "paratrain/tensor/cuda_allocator.h"
 #include "paratrain/tensor/cuda_check.h"
 #include "paratrain/tensor/tensor.h"
 #include "paratrain/tensor/cuda_device_guard.h"
@@ -113,8 +117,6 @@ NcclProcessGroup::NcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   rank_ = rank;
   size_ = size;
   options_ = resolve_options(options);
-  if (options_.deterministic)
-    PT_THROW(InputError, "the nccl backend has no rank-ordered (deterministic) mode; use --backend shm or tcp");
   device_ = cuda::current_device();
   // The n-th nccl group this rank makes over this store meets the n-th of every other rank.
   const int64_t n = store->add("nccl/created/" + std::to_string(rank), 1);
@@ -276,12 +278,12 @@ bool NcclProcessGroup::admit(const std::shared_ptr<NcclWork>& w) {
   return false;
 }
 
-WorkPtr NcclProcessGroup::collective(const Call& c, std::function<ncclResult_t(ncclComm_t, cudaStream_t)> launch) {
+WorkPtr NcclProcessGroup::collective(const Call& c, std::vector<Launch> stages) {
   if (c.op != OpType::kBarrier) nccl_type(c.dtype);  // InputError before anything is recorded
   std::lock_guard<std::mutex> l(mu_);
   flush_locked();  // the sends/recvs called before go first
   auto w = make_work(c);
-  if (admit(w)) enqueue_locked({w}, launch);
+  if (admit(w)) enqueue_locked({w}, stages);
   return w;
 }
 
@@ -305,7 +307,7 @@ void NcclProcessGroup::flush_locked() {
   if (broken_) return;  // fail_all failed them
   std::vector<std::shared_ptr<NcclWork>> works;
   for (const P2p& p : batch) works.push_back(p.work);
-  enqueue_locked(works, [&batch](ncclComm_t comm, cudaStream_t s) {
+  enqueue_locked(works, {[&batch](ncclComm_t comm, cudaStream_t s) {
     ncclResult_t r = ncclGroupStart();
     if (r != ncclSuccess) return r;
     for (const P2p& p : batch) {
@@ -318,7 +320,7 @@ void NcclProcessGroup::flush_locked() {
       }
     }
     return ncclGroupEnd();
-  });
+  }});
 }
 
 ncclResult_t NcclProcessGroup::settle(ncclResult_t r) {
@@ -335,7 +337,7 @@ ncclResult_t NcclProcessGroup::settle(ncclResult_t r) {
 }
 
 void NcclProcessGroup::enqueue_locked(const std::vector<std::shared_ptr<NcclWork>>& works,
-                                      const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& launch) {
+                                      const std::vector<Launch>& stages) {
   if (works.empty()) return;
   std::string why;
   try {
@@ -345,14 +347,17 @@ void NcclProcessGroup::enqueue_locked(const std::vector<std::shared_ptr<NcclWork
     // The comm stream waits for what the compute stream has queued (the buffers' producers).
     PT_CUDA_CHECK(cudaEventRecord(ready_, compute));
     PT_CUDA_CHECK(cudaStreamWaitEvent(comm, ready_, 0));
-    ncclResult_t r;
-    {
-      std::lock_guard<std::mutex> c(comm_mu_);
-      if (!comm_) return;  // broken meanwhile: fail_all failed the works
-      r = launch(comm_, comm);
+    ncclResult_t r = ncclSuccess;
+    // A non-blocking communicator takes its next call only once the last one settled.
+    for (size_t i = 0; i < stages.size() && r == ncclSuccess; ++i) {
+      {
+        std::lock_guard<std::mutex> c(comm_mu_);
+        if (!comm_) return;  // broken meanwhile: fail_all failed the works
+        r = stages[i](comm_, comm);
+      }
+      r = settle(r);
+      if (r == ncclInProgress) return;  // broken meanwhile
     }
-    r = settle(r);
-    if (r == ncclInProgress) return;  // broken meanwhile
     if (r != ncclSuccess) {
       why = detail::concat("rank ", rank_, ": ", works[0]->description(),
                            works.size() > 1 ? " (and the sends/recvs batched with it)" : "",
@@ -522,6 +527,7 @@ WorkPtr NcclProcessGroup::allreduce(void* buf, size_t count, DType dtype, Reduce
     const size_t bytes = count * dtype_size(dtype);
     return staged(buf, bytes, buf, bytes, [=, this](const void*, void* d) { return allreduce(d, count, dtype, op); });
   }
+  if (options_.deterministic && size_ > 1) return rank_ordered_allreduce(buf, count, dtype, op);
   const ncclRedOp_t o = nccl_op(op);
   return collective({OpType::kAllreduce, dtype, count, -1, op, 0}, [=](ncclComm_t comm, cudaStream_t s) {
     return ncclAllReduce(buf, buf, count, nccl_type(dtype), o, comm, s);
@@ -534,10 +540,112 @@ WorkPtr NcclProcessGroup::reduce_scatter(const void* in, void* out, size_t count
     return staged(in, bytes * size_, out, bytes,
                   [=, this](const void* i, void* o) { return reduce_scatter(i, o, count, dtype, op); });
   }
+  if (options_.deterministic && size_ > 1) return rank_ordered_reduce_scatter(in, out, count, dtype, op);
   const ncclRedOp_t o = nccl_op(op);
   return collective({OpType::kReduceScatter, dtype, count, -1, op, 0}, [=](ncclComm_t comm, cudaStream_t s) {
     return ncclReduceScatter(in, out, count, nccl_type(dtype), o, comm, s);
   });
+}
+
+// ---- the rank-ordered mode (the header's "Rank-ordered mode") ----
+
+namespace {
+
+// Appends one grouped set of sends and recvs (skipping empty ones: both sides know the
+// lengths) to a launch. Each entry: (peer, pointer, count).
+struct P2pList {
+  std::vector<std::tuple<int, const void*, size_t>> sends;
+  std::vector<std::tuple<int, void*, size_t>> recvs;
+  ncclResult_t launch(DType dtype, ncclComm_t comm, cudaStream_t s) const {
+    const ncclDataType_t t = nccl_type(dtype);
+    ncclResult_t r = ncclGroupStart();
+    if (r != ncclSuccess) return r;
+    for (const auto& [peer, p, n] : sends)
+      if (n > 0 && (r = ncclSend(p, n, t, peer, comm, s)) != ncclSuccess) break;
+    if (r == ncclSuccess)
+      for (const auto& [peer, p, n] : recvs)
+        if (n > 0 && (r = ncclRecv(p, n, t, peer, comm, s)) != ncclSuccess) break;
+    const ncclResult_t e = ncclGroupEnd();
+    return r != ncclSuccess ? r : e;
+  }
+};
+
+}  // namespace
+
+Tensor NcclProcessGroup::contribution_slots(size_t bytes) {
+  DeviceGuard guard(device_);
+  Tensor t = Tensor::empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, DType::U8, Device::CUDA, device_);
+  // Freed when the call is enqueued; reused only once the comm stream has run it.
+  cuda::record_stream(t.data_ptr(), cuda::comm_stream(device_));
+  return t;
+}
+
+WorkPtr NcclProcessGroup::rank_ordered_allreduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+  const int n = size_, r = rank_;
+  const size_t es = dtype_size(dtype);
+  const algorithms::Blocks chunks{count, static_cast<size_t>(n)};
+  const size_t stride = chunks.length(0), mine = chunks.length(r);
+  char* data = static_cast<char*>(buf);
+  char* own = data + chunks.offset(r) * es;
+  Tensor slots = contribution_slots(static_cast<size_t>(n) * stride * es);
+  char* slot = static_cast<char*>(slots.data_ptr());
+  P2pList scatter, gather;
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    scatter.sends.emplace_back(p, data + chunks.offset(p) * es, chunks.length(p));
+    scatter.recvs.emplace_back(p, slot + p * stride * es, mine);
+    gather.sends.emplace_back(p, own, mine);
+    gather.recvs.emplace_back(p, data + chunks.offset(p) * es, chunks.length(p));
+  }
+  return collective({OpType::kAllreduce, dtype, count, -1, op, 0},
+                    {[=](ncclComm_t comm, cudaStream_t s) { return scatter.launch(dtype, comm, s); },
+                     [=](ncclComm_t, cudaStream_t s) {
+                       reduce_in_rank_order(own, r, slot, stride, n, own, mine, dtype, op, s);
+                       return ncclSuccess;
+                     },
+                     [=](ncclComm_t comm, cudaStream_t s) { return gather.launch(dtype, comm, s); }});
+}
+
+WorkPtr NcclProcessGroup::rank_ordered_reduce_scatter(const void* in, void* out, size_t count, DType dtype,
+                                                      ReduceOp op) {
+  const int n = size_, r = rank_;
+  const size_t es = dtype_size(dtype);
+  const char* data = static_cast<const char*>(in);
+  Tensor slots = contribution_slots(static_cast<size_t>(n) * count * es);
+  char* slot = static_cast<char*>(slots.data_ptr());
+  P2pList scatter;
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    scatter.sends.emplace_back(p, data + p * count * es, count);
+    scatter.recvs.emplace_back(p, slot + p * count * es, count);
+  }
+  const char* own = data + r * count * es;
+  return collective({OpType::kReduceScatter, dtype, count, -1, op, 0},
+                    {[=](ncclComm_t comm, cudaStream_t s) { return scatter.launch(dtype, comm, s); },
+                     [=](ncclComm_t, cudaStream_t s) {
+                       reduce_in_rank_order(own, r, slot, count, n, out, count, dtype, op, s);
+                       return ncclSuccess;
+                     }});
+}
+
+WorkPtr NcclProcessGroup::rank_ordered_reduce(void* buf, size_t count, DType dtype, ReduceOp op, int root) {
+  const int n = size_, r = rank_;
+  const size_t es = dtype_size(dtype);
+  const Call call{OpType::kReduce, dtype, count, root, op, 0};
+  P2pList to_root;
+  if (r != root) {
+    to_root.sends.emplace_back(root, buf, count);
+    return collective(call, [=](ncclComm_t comm, cudaStream_t s) { return to_root.launch(dtype, comm, s); });
+  }
+  Tensor slots = contribution_slots(static_cast<size_t>(n) * count * es);
+  char* slot = static_cast<char*>(slots.data_ptr());
+  for (int p = 0; p < n; ++p)
+    if (p != r) to_root.recvs.emplace_back(p, slot + p * count * es, count);
+  return collective(call, {[=](ncclComm_t comm, cudaStream_t s) { return to_root.launch(dtype, comm, s); },
+                           [=](ncclComm_t, cudaStream_t s) {
+                             reduce_in_rank_order(buf, r, slot, count, n, buf, count, dtype, op, s);
+                             return ncclSuccess;
+                           }});
 }
 
 WorkPtr NcclProcessGroup::allgather(const void* in, void* out, size_t count, DType dtype) {
@@ -567,6 +675,7 @@ WorkPtr NcclProcessGroup::reduce(void* buf, size_t count, DType dtype, ReduceOp 
     return staged(buf, bytes, buf, bytes, [=, this](const void*, void* d) { return reduce(d, count, dtype, op, root); });
   }
   check_rank(root, "reduce: root");
+  if (options_.deterministic && size_ > 1) return rank_ordered_reduce(buf, count, dtype, op, root);
   const ncclRedOp_t o = nccl_op(op);
   // recvbuff is only written on the root: the other ranks' buffers stay as they were.
   return collective({OpType::kReduce, dtype, count, root, op, 0}, [=](ncclComm_t comm, cudaStream_t s) {

@@ -26,8 +26,24 @@
 // ncclBfloat16/ncclFloat16/ncclInt32/ncclInt64; ReduceOp sum/avg/max/min to ncclSum/ncclAvg/
 // ncclMax/ncclMin. Differences from shm/tcp: NCCL rounds bf16/f16 partial results to the half
 // type at every step (shm/tcp add in f32 and round once); avg is NCCL's ncclAvg;
-// there is no rank-ordered (deterministic) mode (InputError); PARATRAIN_DEBUG=detail
-// fingerprints are not compared.
+// PARATRAIN_DEBUG=detail fingerprints are not compared.
+//
+// Rank-ordered mode (options.deterministic, groups of two or more ranks): allreduce,
+// reduce_scatter and reduce give every element the in-order result x_0 op x_1 op ... op
+// x_(n-1), in shm/tcp's accumulator (f32 for f32/bf16/f16) rounded once, so the same bits
+// as the shm/tcp rank-ordered algorithm (docs/algorithms.md) and the same on every run and
+// for every placement of the ranks. Each is enqueued on the comm stream as NCCL's own
+// grouped sends/recvs and one kernel (rank_ordered.h), with no host wait:
+//  - allreduce: chunk c of the buffer (n balanced chunks, as shm/tcp) is owned by rank c;
+//    every rank sends chunk c to its owner (one ncclGroupStart/End), the owner combines the
+//    n contributions in rank order into its chunk, then every owner sends its chunk to every
+//    rank (a second group). Each rank sends and receives 2(n-1)/n of the buffer, as a ring.
+//  - reduce_scatter: block c goes to rank c, which combines the n blocks in rank order.
+//  - reduce: every rank sends its buffer to the root, which combines them in rank order
+//    (shm/tcp's chain rounds a bf16/f16 partial sum at every hop; here it is rounded once).
+// The contributions are received into scratch memory from the device's caching allocator
+// (about the buffer's size; marked as used by the comm stream). allgather, broadcast,
+// all_to_all and send/recv move data unchanged and are NCCL's in either mode.
 //
 // Completion: Work::wait() blocks the host until the completion event has passed (the waiting
 // thread polls it for 1 ms, then the watchdog's poll, every ~50 us, completes the Work); the
@@ -83,6 +99,7 @@
 #include "paratrain/comm/flight_recorder.h"
 #include "paratrain/comm/process_group.h"
 #include "paratrain/tensor/cuda.h"
+#include "paratrain/tensor/tensor.h"
 
 namespace paratrain::comm::nccl {
 
@@ -124,7 +141,7 @@ class NcclWork : public Work {
 class NcclProcessGroup : public ProcessGroup {
  public:
   // The world group of `size` ranks meeting over `store`; on this thread's current device.
-  // InputError without a GPU, for a bad rank, or with options.deterministic.
+  // InputError without a GPU or for a bad rank.
   NcclProcessGroup(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options);
   ~NcclProcessGroup() override;
   std::string backend_name() const override { return "nccl"; }
@@ -167,21 +184,30 @@ class NcclProcessGroup : public ProcessGroup {
     Call call;
     void* buf;
   };
+  // One NCCL call (or group of calls), or a kernel, enqueued on the comm stream.
+  using Launch = std::function<ncclResult_t(ncclComm_t, cudaStream_t)>;
   void start(std::vector<int> global_ranks, std::string name);  // after comm_ exists
   static std::string describe(const Call& call, uint64_t seq);
   std::shared_ptr<NcclWork> make_work(const Call& call);       // mu_ held
   // Adds `w` to pending_; false (and `w` failed) when the group is broken.
   bool admit(const std::shared_ptr<NcclWork>& w);
-  WorkPtr collective(const Call& call, std::function<ncclResult_t(ncclComm_t, cudaStream_t)> launch);
+  // One call made of `stages`, enqueued one after another (each settled before the next).
+  WorkPtr collective(const Call& call, std::vector<Launch> stages);
+  WorkPtr collective(const Call& call, Launch launch) { return collective(call, std::vector<Launch>{std::move(launch)}); }
+  // The rank-ordered collectives (the top of this file); device buffers, size_ > 1.
+  WorkPtr rank_ordered_allreduce(void* buf, size_t count, DType dtype, ReduceOp op);
+  WorkPtr rank_ordered_reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op);
+  WorkPtr rank_ordered_reduce(void* buf, size_t count, DType dtype, ReduceOp op, int root);
+  // Device memory for `bytes` of received contributions, reusable once the comm stream is past them.
+  Tensor contribution_slots(size_t bytes);
   WorkPtr point_to_point(const Call& call, void* buf);
   // A collective on host buffers: `call` runs on device copies (`in` copied up first, `out`
   // copied back after it completed); blocks until then.
   WorkPtr staged(const void* in, size_t in_bytes, void* out, size_t out_bytes,
                  const std::function<WorkPtr(const void*, void*)>& call);
   void flush_locked();  // mu_ held
-  // Enqueues `launch` for `works` (already pending) on the comm stream; mu_ held.
-  void enqueue_locked(const std::vector<std::shared_ptr<NcclWork>>& works,
-                      const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& launch);
+  // Enqueues `stages` for `works` (already pending) on the comm stream; mu_ held.
+  void enqueue_locked(const std::vector<std::shared_ptr<NcclWork>>& works, const std::vector<Launch>& stages);
   // Polls the communicator while `r` is ncclInProgress; returns the final state, or
   // ncclInProgress if the group broke meanwhile.
   ncclResult_t settle(ncclResult_t r);
