@@ -36,12 +36,15 @@ namespace {
 
 void perturb(Tensor g, const std::string& name, int64_t step) {
   if (!g.defined() || g.numel() == 0) return;
-  Tensor c = g.contiguous();
-  const float* d = c.data<float>();
+  // .grad and shard pieces are contiguous views: on the CPU `h` is `g` itself; a GPU's
+  // gradient is read back, changed and written up again (a test hook: once per run).
+  Tensor h = g.to(DeviceSpec{Device::CPU, -1}).contiguous();
+  float* d = h.data<float>();
   float m = 0;
-  for (int64_t i = 0; i < c.numel(); ++i) m = std::max(m, std::fabs(d[i]));
+  for (int64_t i = 0; i < h.numel(); ++i) m = std::max(m, std::fabs(d[i]));
   const float delta = std::max(0.01f * m, 1e-3f);
-  g.data<float>()[0] += delta;  // .grad and shard pieces are contiguous views
+  d[0] += delta;
+  if (h.data_ptr() != g.data_ptr()) g.copy_(h);
   PT_LOG_WARN(kTrain, "PARATRAIN_TEST_BREAK_REDUCTION: data-parallel rank 1 added ", delta,
               " to the reduced gradient of ", name, " at step ", step);
 }

@@ -14,6 +14,7 @@
 #include "lr_schedule.h"
 #include "config_check.h"
 #include "data_parallel_step.h"
+#include "device_placement.h"
 #include "paratrain/tensor/device.h"
 #include "parallel_model.h"
 #include "task_checks.h"
@@ -52,7 +53,6 @@ void refuse_unsupported(const TrainConfig& cfg, const MeshShape& shape) {
     PT_THROW(InputError, "paratrain verify: ", what,
              " is not built yet (verify compares whole tensors of data-parallel replicas; use --dp, --zero 0|1|2)");
   };
-  if (parse_device(cfg.device).kind != Device::CPU) not_built("--device " + cfg.device);
   if (shape.tp > 1) not_built("--tp " + std::to_string(shape.tp));
   if (shape.pp > 1) not_built("--pp " + std::to_string(shape.pp));
   if (cfg.zero == 3) not_built("--zero 3");
@@ -72,7 +72,7 @@ void refuse_unsupported(const TrainConfig& cfg, const MeshShape& shape) {
 class Replica {
  public:
   Replica(const TrainConfig& cfg, Task& task, const DeviceMesh& mesh, double lr, int64_t micro_batch, int dp_rank,
-          comm::ProcessGroup* pg)
+          comm::ProcessGroup* pg, const DeviceSpec& device)
       : cfg_(cfg),
         task_(task),
         pm_(cfg, task, mesh, lr, micro_batch),
@@ -81,7 +81,7 @@ class Replica {
                                                      : amp::LossScalerOptions::parse(cfg.loss_scale)),
         pg_(pg),
         base_seed_(pm_.backward_seed(cfg.grad_accum)),
-        seed_(Tensor::full({}, base_seed_)) {
+        seed_(Tensor::full({}, base_seed_).to(device)) {
     MicroBatches batches{[this, dp_rank, micro_batch](int64_t s, int64_t k) -> const data::Batch& {
                            batch_.request = data::BatchRequest{s, k, dp_rank * micro_batch, micro_batch};
                            task_.fill(batch_.request, batch_.inputs, batch_.targets);
@@ -89,7 +89,7 @@ class Replica {
                          },
                          [](int64_t) {}};
     schedule_ = std::make_unique<DataParallelStep>(task, pm_, batches, cfg.grad_accum, mp_.compute_dtype(),
-                                                   mp_.half_copies(), 1.0, DeviceSpec{Device::CPU, -1});
+                                                   mp_.half_copies(), 1.0, device);
   }
   ParallelModel& model() { return pm_; }
   DType compute_dtype() const { return mp_.compute_dtype(); }
@@ -102,7 +102,7 @@ class Replica {
     pm_.optimizer().set_lr(lr);
     pm_.zero_grad();
     loss_scale_ = mp_.scaler().scale();
-    seed_.data<float>()[0] = static_cast<float>(base_seed_ * loss_scale_);
+    seed_.fill_(static_cast<float>(base_seed_ * loss_scale_));  // on the device, no wait
     const StepOutcome out = schedule_->run(step, seed_);
     pm_.finish();
     std::vector<Tensor> grads;
@@ -134,25 +134,27 @@ class Replica {
   bool skipped_ = false;
 };
 
-// This rank's local gradient: a plain copy of the model (no data parallelism) loaded with
-// the distributed model's parameters, run on the rank's micro-batches.
+// This rank's local gradient: a plain copy of the model (no data parallelism, on the same
+// device) loaded with the distributed model's parameters, run on the rank's micro-batches.
 class LocalGradient {
  public:
-  LocalGradient(Task& task, const TaskLayout& layout, DType compute) : task_(task), layout_(layout), mp_(compute, {}) {}
+  LocalGradient(Task& task, const TaskLayout& layout, DType compute, const DeviceSpec& device)
+      : task_(task), layout_(layout), mp_(compute, {}), device_(device) {}
   // The gradient of the mean micro-batch loss, flat in parameter order (unscaled).
   std::vector<float> compute(int64_t step, nn::Module& from, double loss_scale) {
     nn::Module& m = task_.module();
     m.load_state_dict(from.state_dict(), true);
     mp_.parameters_changed();
     m.zero_grad();
-    Tensor seed = Tensor::full({}, static_cast<float>(loss_scale / static_cast<double>(layout_.grad_accum)));
+    Tensor seed =
+        Tensor::full({}, static_cast<float>(loss_scale / static_cast<double>(layout_.grad_accum))).to(device_);
     for (int64_t k = 0; k < layout_.grad_accum; ++k) {
       batch_.request = data::BatchRequest{step, k, layout_.dp_rank * layout_.micro_batch, layout_.micro_batch};
       task_.fill(batch_.request, batch_.inputs, batch_.targets);
       Tensor loss;
       {
         autograd::AutocastGuard autocast(mp_.compute_dtype(), mp_.half_copies());
-        loss = task_.loss(batch_.inputs, batch_.targets);
+        loss = task_.loss(upload(batch_.inputs, device_), upload(batch_.targets, device_));
       }
       autograd::backward(loss, seed);
     }
@@ -161,7 +163,7 @@ class LocalGradient {
       const size_t off = flat.size();
       flat.resize(off + static_cast<size_t>(p.numel()), 0.0f);
       if (!p.grad().defined()) continue;
-      Tensor g = p.grad().contiguous();
+      Tensor g = p.grad().to(DeviceSpec{Device::CPU, -1}).contiguous();
       const float* d = g.data<float>();
       for (int64_t i = 0; i < g.numel(); ++i) flat[off + i] = static_cast<float>(d[i] / loss_scale);
     }
@@ -172,6 +174,7 @@ class LocalGradient {
   Task& task_;
   TaskLayout layout_;
   amp::MixedPrecision mp_;
+  DeviceSpec device_;
   data::Batch batch_;
 };
 
@@ -255,6 +258,7 @@ VerifyReport run_verify(const TrainConfig& cfg, const TaskFactory& make_task, in
   const MeshShape shape = resolve_mesh_shape(cfg.dp, cfg.tp, cfg.pp, world);
   refuse_unsupported(cfg, shape);
   set_threads(cfg, job);
+  const DeviceSpec device = place_training(cfg, job);  // this rank's GPU becomes current
   const int dp = shape.dp, dp_rank = mesh_coord(rank, shape).dp;
   NullBuffer null_buf;
   std::ostream null_log(&null_buf);
@@ -269,19 +273,25 @@ VerifyReport run_verify(const TrainConfig& cfg, const TaskFactory& make_task, in
   const double lr = sched.lr;
   if (!cfg.init_from.empty())
     task->module().load_state_dict(checkpoint::load_safetensors(cfg.init_from), true, "transformer.");
+  // Every model of the run lives on the run's device, as `paratrain train` moves its model.
+  auto place = [&device](Task& t) {
+    if (device.kind != Device::CPU) t.module().to(device);
+  };
+  place(*task);
 
   std::shared_ptr<comm::ProcessGroup> pg;
   if (world > 1) {
     comm::ProcessGroupOptions po;
-    po.backend = cfg.backend;
+    po.backend = backend_on(cfg, device);
     po.deterministic = cfg.deterministic;
     pg = comm::create_process_group_from_env(po);
   }
   const DeviceMesh mesh(pg, shape);
-  Replica dist(cfg, *task, mesh, lr, micro_batch, dp_rank, pg.get());  // DDP broadcasts dp rank 0's weights
+  Replica dist(cfg, *task, mesh, lr, micro_batch, dp_rank, pg.get(), device);  // DDP broadcasts dp rank 0's weights
   std::unique_ptr<Task> probe_task = make_task(layout);
   probe_task->setup(layout);
-  LocalGradient local(*probe_task, layout, dist.compute_dtype());
+  place(*probe_task);
+  LocalGradient local(*probe_task, layout, dist.compute_dtype(), device);
   // Rank 0's single-process reference: the whole global batch as grad_accum x dp micro-batches.
   TrainConfig ref_cfg = cfg;
   ref_cfg.grad_accum = cfg.grad_accum * dp;
@@ -297,11 +307,13 @@ VerifyReport run_verify(const TrainConfig& cfg, const TaskFactory& make_task, in
   if (rank == 0) {
     global_task = make_task(ref_layout);
     global_task->setup(ref_layout);
-    global = std::make_unique<LocalGradient>(*global_task, ref_layout, dist.compute_dtype());
+    place(*global_task);
+    global = std::make_unique<LocalGradient>(*global_task, ref_layout, dist.compute_dtype(), device);
     ref_task = make_task(ref_layout);
     ref_task->setup(ref_layout);
+    place(*ref_task);
     ref_task->module().load_state_dict(task->module().state_dict(), true);
-    ref = std::make_unique<Replica>(ref_cfg, *ref_task, ref_mesh, lr, micro_batch, 0, nullptr);
+    ref = std::make_unique<Replica>(ref_cfg, *ref_task, ref_mesh, lr, micro_batch, 0, nullptr, device);
   }
 
   VerifyReport r;
@@ -314,7 +326,8 @@ VerifyReport run_verify(const TrainConfig& cfg, const TaskFactory& make_task, in
   comm::ProcessGroup* dpg = mesh.dp().get();
   log << "verify: " << task->name() << ", " << steps << " steps, " << dp << " data-parallel rank" << (dp > 1 ? "s" : "")
       << (cfg.zero ? ", zero " + std::to_string(cfg.zero) : "") << (cfg.compress != "none" ? ", compress " + cfg.compress : "")
-      << ", precision " << cfg.precision << (cfg.deterministic ? ", deterministic" : "") << "\n";
+      << ", precision " << cfg.precision << (cfg.deterministic ? ", deterministic" : "")
+      << (device.kind != Device::CPU ? ", on " + device.str() : "") << "\n";
   if (dp == 1) log << "verify: one data-parallel rank: the replica and reduction checks hold trivially\n";
   log << "tolerances: " << r.tolerance_note << "\n";
 

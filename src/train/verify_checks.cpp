@@ -42,10 +42,13 @@ namespace {
 
 double relative(double abs, double scale) { return scale > 0 ? abs / scale : abs; }
 
+// `t`'s elements in host memory (a GPU tensor is copied back; a CPU one is itself if contiguous).
+Tensor on_host(const Tensor& t) { return t.to(DeviceSpec{Device::CPU, -1}).contiguous(); }
+
 // max |t[i] - ref[begin + i]| over a tensor's elements.
 double max_diff(const Tensor& t, const double* ref) {
   if (!t.defined()) return 0;
-  Tensor c = t.contiguous();
+  Tensor c = on_host(t);
   const float* d = c.data<float>();
   double m = 0;
   for (int64_t i = 0; i < c.numel(); ++i) {
@@ -94,7 +97,7 @@ std::vector<TensorDiff> applied_vs_mean(ParallelModel& model, const ParamLayout&
 }
 
 uint64_t fnv1a(const Tensor& t) {
-  Tensor c = t.contiguous();
+  Tensor c = on_host(t);
   const auto* p = static_cast<const unsigned char*>(c.data_ptr());
   uint64_t h = 0xcbf29ce484222325ull;
   for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ p[i]) * 0x100000001b3ull;
@@ -143,7 +146,7 @@ std::vector<TensorDiff> params_vs_reference(const optim::NamedParams& a, const o
     for (const auto& [name, p] : b)
       if (name == a[t].first) ref = &p;
     PT_CHECK(ref != nullptr && ref->numel() == a[t].second.numel(), "reference lacks parameter ", a[t].first);
-    Tensor x = a[t].second.contiguous(), y = ref->contiguous();
+    Tensor x = on_host(a[t].second), y = on_host(*ref);
     const float *px = x.data<float>(), *py = y.data<float>();
     double abs = 0, scale = 0;
     for (int64_t i = 0; i < x.numel(); ++i) {

@@ -1,6 +1,7 @@
 // The three checks of verify() (train/verify.h) on one step's tensors: the applied gradient
 // against the exact mean of the local gradients, the replicas' parameter hashes, and the
-// distributed parameters against the single-process reference's.
+// distributed parameters against the single-process reference's. The tensors may be on a
+// GPU: each is read through a copy in host memory.
 //
 // Thread-safety: the training thread only. The collective ones (dp group `pg`, null for one
 // process) must be called by every rank of the group in the same order.

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "parallel/train_multirank_util.h"
+#include "paratrain/tensor/cuda.h"
 
 using namespace paratrain;
 
@@ -118,6 +119,12 @@ TEST_F(Verify, BadInputExitsTwo) {
   ASSERT_FALSE(tp.timed_out) << tp.output;
   EXPECT_NE(tp.codes[0], 0) << tp.output;
   EXPECT_NE(tp.output.find("--tp 2 is not built yet"), std::string::npos) << tp.output;
+  // --device cuda is verify's too: without a GPU it is the device's error, not "not built".
+  if (cuda::device_count() == 0) {
+    Result gpu = single(args("--device cuda"));
+    EXPECT_EQ(gpu.codes[0], 2) << gpu.output;
+    EXPECT_NE(gpu.output.find("--device cuda is not available"), std::string::npos) << gpu.output;
+  }
 }
 
 }  // namespace
