@@ -3,6 +3,7 @@
 # run (under 8 minutes on one H200):
 #   1. builds with the CUDA parts (-DPARATRAIN_CUDA=on) into build/gpu;
 #   2. runs every GPU test (ctest -L gpu);
+#      with several GPUs also the nccl all-reduce's bus bandwidth, NCCL's own and rank-ordered;
 #   3. measures paratrain's CUDA kernels (gpu_kernels_bench) beside PyTorch's for the same
 #      gpt2-124m shapes (torch_gpu_kernels.py) and prints the ratios;
 #   4. trains gpt-mini and gpt2-124m in bf16 on one GPU, and with DDP on all GPUs, with
@@ -83,6 +84,16 @@ PY
     return 1
   fi
 }
+
+if [ "$NGPU" -gt 1 ]; then
+  # The gradient all-reduce DDP depends on, over nccl on device buffers: NCCL's own ring and
+  # the rank-ordered (--deterministic) mode, the same sizes, printed side by side.
+  say "nccl all-reduce on $NGPU GPUs: NCCL's own vs rank-ordered (bench comm --device cuda)"
+  for mode in "" "--deterministic"; do
+    timeout 120 "$BIN" launch --nproc-per-node "$NGPU" -- "$BIN" bench comm --device cuda --min-bytes 1M \
+      --max-bytes 256M --iters 10 --warmup 3 $mode 2>&1 | grep -v '^\[[1-9]' | sed 's/^\[0\] //' || status=1
+  done
+fi
 
 say "training: paratrain vs PyTorch, bf16, $STEPS steps"
 source "$ROOT/bench/lib.sh"

@@ -24,6 +24,7 @@ run "$BUILD_DIR/bin/paratrain" bench compute --threads "$(nproc)"
 run "$BUILD_DIR/bin/gemm_libs_bench" 1
 run "$BUILD_DIR/bin/gemm_libs_bench" 2
 run "$BUILD_DIR/bin/kernels_bench"
+run "$BUILD_DIR/bin/split_backward_bench" 1
 run "$HERE/train_gpt_mini.sh" "$BUILD_DIR" 2
 run "$HERE/train_gpt_mini_precision.sh" "$BUILD_DIR" 2
 run "$HERE/train_ddp_gpt_mini.sh" "$BUILD_DIR"

@@ -1,7 +1,9 @@
 // `paratrain bench comm`: one line per size with time, algbw, busbw (nccl-tests'
 // definitions, doc/PERFORMANCE.md) and the number of wrong elements. Each size first runs
 // once on known inputs and checks the result, then warmup + timed iterations; the time is
-// the slowest rank's average.
+// the slowest rank's average. With --device cuda the buffers are on the rank's GPU
+// (cuda:LOCAL_RANK) and the backend is nccl: the inputs go up and the results come back
+// only around the check, and each timed call waits until its completion event passed.
 #include "cli/bench_comm_cmd.h"
 
 #include <CLI/CLI.hpp>
@@ -15,6 +17,9 @@
 
 #include "paratrain/base/error.h"
 #include "paratrain/comm/process_group.h"
+#include "paratrain/tensor/cuda.h"
+#include "paratrain/tensor/device.h"
+#include "paratrain/tensor/tensor.h"
 
 namespace paratrain::cli {
 namespace {
@@ -72,7 +77,7 @@ struct Row {
 
 int run_bench_comm(int argc, char** argv) {
   CLI::App app{"paratrain bench comm: collective bandwidth and latency (nccl-tests style)"};
-  std::string op = "allreduce", min_s = "4K", max_s = "256M", dtype_s = "f32", backend = "", json;
+  std::string op = "allreduce", min_s = "4K", max_s = "256M", dtype_s = "f32", backend = "", json, device_s = "cpu";
   int iters = 20, warmup = 5;
   bool deterministic = false;
   app.add_option("--op", op, "allreduce|reduce_scatter|allgather|broadcast|all_to_all")
@@ -80,7 +85,8 @@ int run_bench_comm(int argc, char** argv) {
   app.add_option("--min-bytes", min_s, "smallest size (4K, 1M, ...)");
   app.add_option("--max-bytes", max_s, "largest size");
   app.add_option("--dtype", dtype_s, "f32|bf16|f16|i32|i64");
-  app.add_option("--backend", backend, "auto|shm|tcp|mpi (default PARATRAIN_BACKEND or auto)");
+  app.add_option("--backend", backend, "auto|shm|tcp|mpi|nccl (default PARATRAIN_BACKEND or auto; nccl on cuda)");
+  app.add_option("--device", device_s, "cpu|cuda: where the buffers are (cuda: the GPU of LOCAL_RANK)");
   app.add_option("--iters", iters, "timed iterations per size")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed iterations per size")->check(CLI::NonNegativeNumber);
   app.add_flag("--deterministic", deterministic, "rank-ordered (bit-reproducible) reductions");
@@ -94,6 +100,17 @@ int run_bench_comm(int argc, char** argv) {
     DType dt = parse_dtype(dtype_s);
     size_t lo = parse_size(min_s), hi = parse_size(max_s);
     if (lo == 0 || hi < lo) PT_THROW(InputError, "--min-bytes must be > 0 and <= --max-bytes");
+    DeviceSpec device = parse_device(device_s);
+    if (device.kind == Device::CUDA) {
+      if (cuda::device_count() == 0) PT_THROW(InputError, "--device ", device_s, ": no CUDA GPU: ", cuda::unavailable_reason());
+      if (device.index < 0) device.index = comm::read_job_env().local_rank;
+      if (device.index >= cuda::device_count())
+        PT_THROW(InputError, "--device ", device_s, ": cuda:", device.index, " does not exist (", cuda::device_count(),
+                 " GPUs)");
+      cuda::set_device(device.index);
+      if (backend.empty() || backend == "auto") backend = "nccl";
+      if (backend != "nccl") PT_THROW(InputError, "--backend ", backend, " moves host memory; with --device cuda use nccl");
+    }
     comm::ProcessGroupOptions opts;
     opts.backend = backend;
     opts.deterministic = deterministic;
@@ -107,8 +124,9 @@ int run_bench_comm(int argc, char** argv) {
       if (!js) PT_THROW(IoError, "cannot write ", json);
     }
     if (r == 0) {
-      std::printf("# paratrain bench comm: op %s, dtype %s, %d ranks, backend %s%s\n", op.c_str(), dtype_name(dt), n,
-                  pg->backend_name().c_str(), deterministic ? ", deterministic" : "");
+      std::printf("# paratrain bench comm: op %s, dtype %s, %d ranks, backend %s%s, buffers on %s\n", op.c_str(),
+                  dtype_name(dt), n, pg->backend_name().c_str(), deterministic ? ", deterministic" : "",
+                  device.str().c_str());
       std::printf("#%12s %12s %6s %12s %10s %10s %8s\n", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
                   "busbw(GB/s)", "#wrong");
     }
@@ -120,16 +138,26 @@ int run_bench_comm(int argc, char** argv) {
       if (count == 0) continue;
       size_t total = blocked ? count * n : count;
       std::vector<char> a(total * es + 64), b(total * es + 64);
+      // The buffers the collective works on: `a` and `b` themselves, or their copies on the GPU.
+      const bool on_gpu = device.kind == Device::CUDA;
+      const auto bytes_shape = Shape{static_cast<int64_t>(a.size())};
+      Tensor da, db;
+      if (on_gpu) da = Tensor::zeros(bytes_shape, DType::U8, device), db = Tensor::zeros(bytes_shape, DType::U8, device);
+      char* pa = on_gpu ? static_cast<char*>(da.data_ptr()) : a.data();
+      char* pb = on_gpu ? static_cast<char*>(db.data_ptr()) : b.data();
+      auto host_view = [&](std::vector<char>& v) { return Tensor::from_blob(v.data(), bytes_shape, DType::U8); };
       auto run_once = [&]() {
-        if (op == "allreduce") pg->allreduce(a.data(), count, dt)->wait();
-        else if (op == "reduce_scatter") pg->reduce_scatter(a.data(), b.data(), count, dt)->wait();
-        else if (op == "allgather") pg->allgather(a.data(), b.data(), count, dt)->wait();
-        else if (op == "broadcast") pg->broadcast(a.data(), count, dt, 0)->wait();
-        else pg->all_to_all(a.data(), b.data(), count, dt)->wait();
+        if (op == "allreduce") pg->allreduce(pa, count, dt)->wait();
+        else if (op == "reduce_scatter") pg->reduce_scatter(pa, pb, count, dt)->wait();
+        else if (op == "allgather") pg->allgather(pa, pb, count, dt)->wait();
+        else if (op == "broadcast") pg->broadcast(pa, count, dt, 0)->wait();
+        else pg->all_to_all(pa, pb, count, dt)->wait();
       };
       // Check.
       fill(a, dt, blocked && op != "allgather" ? total : count, r);
+      if (on_gpu) da.copy_(host_view(a));
       run_once();
+      if (on_gpu) host_view(a).copy_(da), host_view(b).copy_(db);
       int64_t wrong = 0;
       auto sum_at = [&](size_t i) {
         double s = 0;
@@ -153,7 +181,7 @@ int run_bench_comm(int argc, char** argv) {
       pg->allreduce(&wrong, 1, DType::I64)->wait();
       total_wrong += wrong;
       // Time. (Inputs are refilled so allreduce sums stay finite.)
-      if (op == "allreduce") std::memset(a.data(), 0, a.size());
+      if (op == "allreduce") on_gpu ? da.zero_() : (void)std::memset(a.data(), 0, a.size());
       for (int i = 0; i < warmup; ++i) run_once();
       pg->barrier()->wait();
       auto t0 = std::chrono::steady_clock::now();

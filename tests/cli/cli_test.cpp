@@ -105,7 +105,7 @@ TEST_F(Cli, BadDataFiles) {
 
 // --device: a malformed value, and a GPU the run cannot use (without a CUDA build or a GPU:
 // says why; with GPUs: one past the last says how many there are). Runs on GPUs:
-// tests/gpu/train_command_gpu_test.cpp.
+// tests/gpu/train_command_gpu_test.cpp. The same for bench comm.
 TEST_F(Cli, DeviceChoices) {
   const std::string data = tokens("d.bin", 4000);
   expect_bad_input("train --model gpt-nano --steps 1 --data " + data + " --device gpu", "use cpu, cuda or cuda:N");
@@ -115,6 +115,15 @@ TEST_F(Cli, DeviceChoices) {
   if (gpus == 0) expect_bad_input("train --model gpt-nano --steps 1 --data " + data + " --device cuda", why);
   expect_bad_input("train --model gpt-nano --steps 1 --data " + data + " --device cuda:" + std::to_string(gpus), why);
   expect_bad_input("train --model gpt-nano --steps 1 --data " + data + " --backend nccl", "nccl");
+  // bench comm's buffers on a GPU (run there: tests/gpu/bench_comm_gpu_test.cpp).
+  for (const auto& [device, needle] :
+       {std::pair<std::string, std::string>{"gpu", "use cpu, cuda or cuda:N"},
+        {"cuda:" + std::to_string(gpus), gpus == 0 ? "no CUDA GPU" : "does not exist"}}) {
+    CmdResult r = run("bench comm --max-bytes 8K --device " + device);
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_EQ(count_lines(r.out), 1) << r.out;
+    EXPECT_NE(r.out.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.out;
+  }
 }
 
 TEST_F(Cli, BadCheckpoints) {

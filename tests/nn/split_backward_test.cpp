@@ -3,21 +3,18 @@
 // backward() does -- middle, first and last stages, dropout on, autocast bf16, blocks
 // recomputed (nn::recompute_blocks) -- with no parameter gradient computed in I; hooks fire
 // once each, parameters' in W; the W part holds what it needs only and releases all of it
-// when dropped unrun; and the time of I, W and the whole backward of a stage, printed.
+// when dropped unrun. (Their times: bench/split_backward_bench.cpp.)
 // (Here rather than in tests/autograd: test_autograd does not link the nn layer.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
 
 #include "paratrain/autograd/autocast.h"
 #include "paratrain/autograd/engine.h"
-#include "paratrain/autograd/ops.h"
 #include "paratrain/autograd/split_backward.h"
 #include "paratrain/nn/gpt.h"
 #include "paratrain/tensor/allocator.h"
@@ -198,51 +195,6 @@ TEST(SplitBackwardGpt, WHoldsWhatItNeedsAndDroppingItFreesAll) {
       if (!recompute) EXPECT_LT(held, kept + output_grads) << "I freed what only it needed";
     }
   }
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Times (best of 3) of the whole backward, I and W: of a GPT stage (two blocks), and of one
-// Linear alone (the matmul-heavy part: I is dx = dout W^T, W is dW = x^T dout and the bias).
-TEST(SplitBackwardGpt, TimeOfInputAndWeightPartsAgainstTheWholeBackward) {
-  const nn::GPTConfig cfg{4, 4, 256, 128, 256, 0.0f};
-  const int64_t B = 4, T = 128, C = cfg.n_embd;
-  nn::GPT m(cfg, 5);
-  Tensor in = randn({B, T, C}, 11), seed = randn({B, T, C}, 12);
-  in.set_requires_grad(true);
-  auto measure = [&](const std::function<Tensor()>& forward, const Tensor& g, double t[3]) {
-    t[0] = t[1] = t[2] = 1e30;
-    for (int rep = 0; rep < 3; ++rep) {
-      Tensor out = forward();
-      auto t0 = std::chrono::steady_clock::now();
-      autograd::backward(out, g);
-      t[0] = std::min(t[0], seconds_since(t0));
-      out = forward();
-      t0 = std::chrono::steady_clock::now();
-      DeferredWeightGradients w = backward_input(out, g, {in});
-      t[1] = std::min(t[1], seconds_since(t0));
-      t0 = std::chrono::steady_clock::now();
-      w.run();
-      t[2] = std::min(t[2], seconds_since(t0));
-    }
-  };
-  auto print = [](const char* what, const double t[3]) {
-    std::printf("  %s: full backward %.1f ms, I %.1f ms (%.0f%%), W %.1f ms (%.0f%%), I+W %.1f ms\n", what, t[0] * 1e3,
-                t[1] * 1e3, 100 * t[1] / t[0], t[2] * 1e3, 100 * t[2] / t[0], (t[1] + t[2]) * 1e3);
-  };
-  double stage_t[3], linear_t[3];
-  measure([&] { return m.stage_forward(in, 1, 3); }, seed, stage_t);
-  const auto& fc = *m.h[1]->mlp->c_fc;  // C -> 4C
-  measure([&] { return ops::linear(in, fc.weight, fc.bias, true); }, randn({B, T, 4 * C}, 13), linear_t);
-  char what[160];
-  std::snprintf(what, sizeof what, "GPT stage [1,3) (C %lld, B %lld, T %lld)", static_cast<long long>(C),
-                static_cast<long long>(B), static_cast<long long>(T));
-  print(what, stage_t);
-  print("its c_fc Linear alone (C -> 4C)", linear_t);
-  EXPECT_LT(stage_t[1], stage_t[0]) << "I skips the weight GEMMs";
-  EXPECT_LT(linear_t[1], linear_t[0]);
 }
 
 }  // namespace
