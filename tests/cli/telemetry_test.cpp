@@ -88,21 +88,26 @@ TEST_F(Telemetry, DataParallelBytesThroughputAndBusBandwidthMatchTheFormulasAndT
     busbw.push_back(l["busbw_gbps"]["dp"].get<double>());
   }
   // The same message size through `paratrain bench comm` on the same machine, now: the
-  // training's achieved bus bandwidth must lie in its range (generous bounds: the machine is
-  // shared and a training step's all-reduce competes with the backward pass for the cores).
-  const std::string bench_json = dir_ + "/bench.json";
-  launch2("bench comm --op allreduce --min-bytes " + std::to_string(grad_bytes) + " --max-bytes " +
-          std::to_string(grad_bytes) + " --iters 20 --json " + bench_json);
-  std::ifstream bf(bench_json);
-  std::string row;
-  ASSERT_TRUE(std::getline(bf, row));
-  const double bench_busbw = json::parse(row)["busbw_gbps"].get<double>();
+  // training's achieved bus bandwidth must lie in its range. Each side's best is compared
+  // (the training's best step, the best of three benchmark runs): a rank descheduled by
+  // other work on this shared machine only ever lowers a figure, and what the check is for
+  // (bytes or times miscounted) moves the best figures as much as any other.
+  double bench_busbw = 0;
+  for (int run = 0; run < 3; ++run) {
+    const std::string bench_json = dir_ + "/bench" + std::to_string(run) + ".json";
+    launch2("bench comm --op allreduce --min-bytes " + std::to_string(grad_bytes) + " --max-bytes " +
+            std::to_string(grad_bytes) + " --iters 20 --json " + bench_json);
+    std::ifstream bf(bench_json);
+    std::string row;
+    ASSERT_TRUE(std::getline(bf, row));
+    bench_busbw = std::max(bench_busbw, json::parse(row)["busbw_gbps"].get<double>());
+  }
   ASSERT_GT(bench_busbw, 0);
-  std::sort(busbw.begin(), busbw.end());
-  const double median = busbw[busbw.size() / 2];
-  std::printf("  busbw of the dp all-reduce: training median %.3f GB/s, bench comm %.3f GB/s\n", median, bench_busbw);
-  EXPECT_GT(median, bench_busbw / 30);
-  EXPECT_LT(median, bench_busbw * 5);
+  const double best = *std::max_element(busbw.begin(), busbw.end());
+  std::printf("  busbw of the dp all-reduce: training best step %.3f GB/s, bench comm best of 3 %.3f GB/s\n", best,
+              bench_busbw);
+  EXPECT_GT(best, bench_busbw / 30);
+  EXPECT_LT(best, bench_busbw * 5);
 }
 
 TEST_F(Telemetry, PipelineAndTensorParallelGroupsReportTheirTraffic) {
