@@ -5,12 +5,14 @@
 // columns), so the work (about 5 n r^2 flops) is small next to the GEMMs around it, and one
 // block needs no grid-wide barrier between the dependent column steps. Thread t owns rows
 // t, t + kThreads, ... of every column for the whole call, so only the dot products and
-// norms (block sums in a fixed tree, in double) cross threads. The columns are kept in a
-// per-device double scratch (column-major, grow-only, used in compute-stream order), as the
-// CPU keeps them in double between steps.
+// norms (block sums in a fixed tree, in double) cross threads. The columns are kept in
+// double scratch memory (column-major), as the CPU keeps them in double between steps: a
+// block of the device's caching allocator, so it counts in the device's memory figures, freed
+// after the launch and reused only by work queued after it on the compute stream.
 #include "kernels/cuda/basic.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/launch.h"
+#include "paratrain/tensor/tensor.h"
 
 namespace paratrain::kernels::cuda {
 namespace {
@@ -41,28 +43,15 @@ __global__ void gram_schmidt(float* P, double* c, int64_t n, int64_t r) {
     for (int64_t k = 0; k < r; ++k) P[i * r + k] = static_cast<float>(c[k * n + i]);
 }
 
-// The double columns of the current device, grown when a larger P comes (cudaFree waits for
-// the kernels still using the old buffer).
-struct Scratch {
-  std::mutex mu;
-  double* data = nullptr;
-  int64_t capacity = 0;
-};
-
 }  // namespace
 
 void orthogonalize_columns(void* P, int64_t n, int64_t r) {
   if (n < 0 || r < 0) PT_THROW(InputError, "orthogonalize_columns: negative size ", n, " x ", r);
   if (n == 0 || r == 0) return;
-  Scratch& s = detail::per_device<Scratch>();
-  std::lock_guard<std::mutex> lock(s.mu);  // enqueue under the lock: one size per launch
-  if (s.capacity < n * r) {
-    if (s.data) PT_CUDA_CHECK(cudaFree(s.data));
-    s.data = nullptr;
-    PT_CUDA_CHECK(cudaMalloc(&s.data, static_cast<size_t>(n * r) * sizeof(double)));
-    s.capacity = n * r;
-  }
-  gram_schmidt<<<1, kThreads, 0, detail::stream()>>>(static_cast<float*>(P), s.data, n, r);
+  const Tensor columns = Tensor::empty({n * r * static_cast<int64_t>(sizeof(double))}, DType::U8, Device::CUDA,
+                                       ::paratrain::cuda::current_device());
+  gram_schmidt<<<1, kThreads, 0, detail::stream()>>>(static_cast<float*>(P), static_cast<double*>(columns.data_ptr()),
+                                                     n, r);
   PT_CUDA_CHECK_LAUNCH();
 }
 
