@@ -1,7 +1,7 @@
 // gpu_kernels_bench: paratrain's CUDA kernels on cuda:0, through the kernel dispatch as the
 // layers call them, for gpt2-124m's shapes (B=8, T=1024, C=768, NH=12, V=50257): every
 // GEMM of a block and the LM head in bf16 (A, B, C bf16; f32 accumulation) and f32, the
-// bf16 peak (8192^3), fused causal attention forward + backward, LayerNorm and the fused
+// bf16 peak (8192^3), causal attention forward + backward (the tables' and the tiles'), LayerNorm and the fused
 // cross-entropy. Prints one JSON line per kernel:
 //   {"kernel": ..., "dtype": ..., "ms": ..., "tflops": ...}
 // Timing: CUDA events around `iters` launches after 3 warm-up launches; the median of 5
@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/layers.h"
 #include "paratrain/kernels/registry.h"
 #include "paratrain/tensor/cuda.h"
 #include "paratrain/tensor/cuda_check.h"
@@ -115,15 +116,28 @@ int main(int argc, char** argv) {
       Tensor lse = Tensor::empty({B, NH, T}, DType::F32, kGpu, 0);
       Tensor dout = random_on_gpu({B, T, C}, dt, 4);
       Tensor dqkv = Tensor::zeros({B, T, 3 * C}, dt, kGpu, 0);
-      auto fwd = reg.attention_forward.at(kGpu, dt);
-      auto bwd = reg.attention_backward.at(kGpu, dt);
       const double fwd_flops = 4.0 * B * NH * T * T * (C / NH) / 2;
-      double ms_f = time_ms([&] { fwd(out.data_ptr(), lse.data_ptr(), qkv.data_ptr(), B, T, C, NH); }, iters, reps);
-      report("attention fwd", dt, ms_f, fwd_flops);
-      double ms_b = time_ms([&] {
-        bwd(dqkv.data_ptr(), dout.data_ptr(), qkv.data_ptr(), out.data_ptr(), lse.data_ptr(), B, T, C, NH);
-      }, iters, reps);
-      report("attention bwd", dt, ms_b, 2.5 * fwd_flops);
+      // The tables' attention (by batched GEMMs unless PARATRAIN_CUDA_ATTENTION=tiles), then
+      // the one-kernel tiles named, in the same run: the two side by side.
+      const bool bf16 = dt == DType::BF16;
+      const std::pair<std::string, std::pair<decltype(reg.attention_forward.at(kGpu, dt)),
+                                             decltype(reg.attention_backward.at(kGpu, dt))>>
+          impls[] = {{"", {reg.attention_forward.at(kGpu, dt), reg.attention_backward.at(kGpu, dt)}},
+                     {" (tiles)",
+                      {bf16 ? kernels::erase<&kernels::cuda::attention_forward_bf16>
+                            : kernels::erase<&kernels::cuda::attention_forward>,
+                       bf16 ? kernels::erase<&kernels::cuda::attention_backward_bf16>
+                            : kernels::erase<&kernels::cuda::attention_backward>}}};
+      for (const auto& [suffix, fns] : impls) {
+        const auto fwd = fns.first;
+        const auto bwd = fns.second;
+        double ms_f = time_ms([&] { fwd(out.data_ptr(), lse.data_ptr(), qkv.data_ptr(), B, T, C, NH); }, iters, reps);
+        report("attention fwd" + suffix, dt, ms_f, fwd_flops);
+        double ms_b = time_ms([&] {
+          bwd(dqkv.data_ptr(), dout.data_ptr(), qkv.data_ptr(), out.data_ptr(), lse.data_ptr(), B, T, C, NH);
+        }, iters, reps);
+        report("attention bwd" + suffix, dt, ms_b, 2.5 * fwd_flops);
+      }
     }
     {
       Tensor x = random_on_gpu({BT, C}, DType::F32, 5);

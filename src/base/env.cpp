@@ -34,6 +34,9 @@ const std::vector<VarInfo>& declared() {
       {"PARATRAIN_SLOW_RANK_LAG", "0.25",
        "rank 0's progress line names the slowest rank when its compute + data-wait time exceeds the median "
        "rank's by more than this fraction"},
+      {"PARATRAIN_CUDA_ATTENTION", "gemm",
+       "the CUDA attention kernels: gemm (batched cuBLASLt GEMMs over every head, chunks of query rows) or tiles "
+       "(one kernel per pass, 16x16 tiles in shared memory)"},
       {"PARATRAIN_PROFILE", "0", "1 = time every op forward and backward and print a table after training"},
       {"PARATRAIN_LOG", "info",
        "diagnostic log level, for every subsystem and optionally per tag: LEVEL[,TAG=LEVEL...] with LEVEL "

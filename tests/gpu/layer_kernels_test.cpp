@@ -20,7 +20,10 @@
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
+#include "kernels/cuda/layers.h"
+#include "paratrain/kernels/attention_by_gemm.h"
 #include "paratrain/kernels/cpu/attention.h"
+#include "paratrain/kernels/cpu/attention_parts.h"
 #include "paratrain/kernels/cpu/elementwise.h"
 #include "paratrain/kernels/cpu/layernorm.h"
 #include "paratrain/kernels/cpu/softmax.h"
@@ -310,10 +313,44 @@ std::string attn_name(const AttnCase& k) {
          " hs=" + std::to_string(k.hs);
 }
 
+// The two CUDA attentions: the tables' (by batched GEMMs, unless PARATRAIN_CUDA_ATTENTION
+// says tiles) and each one named, both against the CPU's fused attention.
+using AttnForward = void (*)(void*, void*, const void*, int64_t, int64_t, int64_t, int64_t);
+using AttnBackward = void (*)(void*, const void*, const void*, const void*, const void*, int64_t, int64_t, int64_t,
+                              int64_t);
+struct AttnImpl {
+  const char* name;
+  AttnForward f32_forward, bf16_forward;
+  AttnBackward f32_backward, bf16_backward;
+  int64_t max_head_size;
+};
+template <DType T>
+void by_gemm_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+  attention_by_gemm_forward<Device::CUDA, T>(out, lse, qkv, B, Tn, C, NH, 16);  // small chunks: many of them
+}
+template <DType T>
+void by_gemm_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse, int64_t B,
+                      int64_t Tn, int64_t C, int64_t NH) {
+  attention_by_gemm_backward<Device::CUDA, T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH, 16);
+}
+std::vector<AttnImpl> attention_impls() {
+  return {{"the table's", R().attention_forward.at(kGpu, kF32), R().attention_forward.at(kGpu, kBF16),
+           R().attention_backward.at(kGpu, kF32), R().attention_backward.at(kGpu, kBF16), 128},
+          {"by gemm, 16-row chunks", &by_gemm_forward<kF32>, &by_gemm_forward<kBF16>, &by_gemm_backward<kF32>,
+           &by_gemm_backward<kBF16>, 1 << 20},
+          {"tiles", erase<&cuda::attention_forward>, erase<&cuda::attention_forward_bf16>,
+           erase<&cuda::attention_backward>, erase<&cuda::attention_backward_bf16>, cuda::kAttnMaxHeadSize}};
+}
+constexpr AttnCase kWideHead{2, 45, 2, 160};  // past the tiles' 128: the GEMM attention only
+
 TEST(CudaLayerKernels, AttentionF32MatchesCpu) {
   PT_REQUIRE_GPU();
-  for (const AttnCase& k : kAttnCases) {
-    SCOPED_TRACE(attn_name(k));
+  std::vector<AttnCase> cases(std::begin(kAttnCases), std::end(kAttnCases));
+  cases.push_back(kWideHead);
+  for (const AttnImpl& impl : attention_impls())
+  for (const AttnCase& k : cases) {
+    if (k.hs > impl.max_head_size) continue;
+    SCOPED_TRACE(attn_name(k) + ", " + impl.name);
     const int64_t C = k.NH * k.hs;
     const size_t nqkv = static_cast<size_t>(k.B * k.T * 3 * C), nout = static_cast<size_t>(k.B * k.T * C),
                  nlse = static_cast<size_t>(k.B * k.NH * k.T);
@@ -322,12 +359,12 @@ TEST(CudaLayerKernels, AttentionF32MatchesCpu) {
     cpu::attention_forward(out.data(), lse.data(), qkv.data(), k.B, k.T, C, k.NH);
 
     DeviceBuffer<float> dqkv_in(qkv), dout_(filled(nout, 9.0f)), dlse(filled(nlse, 9.0f));
-    R().attention_forward.at(kGpu, kF32)(dout_.get(), dlse.get(), dqkv_in.get(), k.B, k.T, C, k.NH);
+    impl.f32_forward(dout_.get(), dlse.get(), dqkv_in.get(), k.B, k.T, C, k.NH);
     expect_close(dout_.download(), out, kF32Tol, "attention out");
     expect_close(dlse.download(), lse, kF32Tol, "attention lse");
     // lse may be null (inference).
     DeviceBuffer<float> dout2(filled(nout, 0.0f));
-    R().attention_forward.at(kGpu, kF32)(dout2.get(), nullptr, dqkv_in.get(), k.B, k.T, C, k.NH);
+    impl.f32_forward(dout2.get(), nullptr, dqkv_in.get(), k.B, k.T, C, k.NH);
     expect_close(dout2.download(), out, kF32Tol, "attention out without lse");
 
     // Backward from the CPU's out and lse into a prefilled dqkv.
@@ -335,7 +372,7 @@ TEST(CudaLayerKernels, AttentionF32MatchesCpu) {
     std::vector<float> d = d0;
     cpu::attention_backward(d.data(), g.data(), qkv.data(), out.data(), lse.data(), k.B, k.T, C, k.NH);
     DeviceBuffer<float> dg(g), cout_(out), clse(lse), dd(d0);
-    R().attention_backward.at(kGpu, kF32)(dd.get(), dg.get(), dqkv_in.get(), cout_.get(), clse.get(), k.B, k.T, C,
+    impl.f32_backward(dd.get(), dg.get(), dqkv_in.get(), cout_.get(), clse.get(), k.B, k.T, C,
                                           k.NH);
     expect_close(dd.download(), d, kF32Tol, "attention dqkv", &d0);
   }
@@ -343,8 +380,12 @@ TEST(CudaLayerKernels, AttentionF32MatchesCpu) {
 
 TEST(CudaLayerKernels, AttentionBF16MatchesCpu) {
   PT_REQUIRE_GPU();
-  for (const AttnCase& k : kAttnCases) {
-    SCOPED_TRACE(attn_name(k));
+  std::vector<AttnCase> cases(std::begin(kAttnCases), std::end(kAttnCases));
+  cases.push_back(kWideHead);
+  for (const AttnImpl& impl : attention_impls())
+  for (const AttnCase& k : cases) {
+    if (k.hs > impl.max_head_size) continue;
+    SCOPED_TRACE(attn_name(k) + ", " + impl.name);
     const int64_t C = k.NH * k.hs;
     const size_t nqkv = static_cast<size_t>(k.B * k.T * 3 * C), nout = static_cast<size_t>(k.B * k.T * C),
                  nlse = static_cast<size_t>(k.B * k.NH * k.T);
@@ -355,7 +396,7 @@ TEST(CudaLayerKernels, AttentionBF16MatchesCpu) {
 
     DeviceBuffer<uint16_t> dq(qkv), dout_(filled<uint16_t>(nout, 0));
     DeviceBuffer<float> dlse(filled(nlse, 9.0f));
-    R().attention_forward.at(kGpu, kBF16)(dout_.get(), dlse.get(), dq.get(), k.B, k.T, C, k.NH);
+    impl.bf16_forward(dout_.get(), dlse.get(), dq.get(), k.B, k.T, C, k.NH);
     expect_close_bf16(dout_.download(), out, "attention bf16 out");
     expect_close(dlse.download(), lse, kF32Tol, "attention bf16 lse");  // f32 statistics of identical inputs
 
@@ -365,17 +406,73 @@ TEST(CudaLayerKernels, AttentionBF16MatchesCpu) {
                                            k.NH);
     DeviceBuffer<uint16_t> dg(g), cout_(out), dd(d0);
     DeviceBuffer<float> clse(lse);
-    R().attention_backward.at(kGpu, kBF16)(dd.get(), dg.get(), dq.get(), cout_.get(), clse.get(), k.B, k.T, C,
+    impl.bf16_backward(dd.get(), dg.get(), dq.get(), cout_.get(), clse.get(), k.B, k.T, C,
                                            k.NH);
     expect_close_bf16(dd.download(), d, "attention bf16 dqkv");  // d includes the prefill: += is checked
   }
 }
 
-// The size check comes before any CUDA call: no GPU needed.
-TEST(CudaLayerKernels, AttentionRejectsHeadSizeOver128) {
-  EXPECT_THROW(R().attention_forward.at(kGpu, kF32)(nullptr, nullptr, nullptr, 1, 4, 256, 1), InputError);
-  EXPECT_THROW(R().attention_backward.at(kGpu, kF32)(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 256, 1),
-               InputError);
+// The pieces of the GEMM attention one by one against the CPU's (kernels/cpu/attention_parts.h):
+// a failure here names the piece.
+TEST(CudaLayerKernels, AttentionPartsMatchCpu) {
+  PT_REQUIRE_GPU();
+  const int64_t B = 2, T = 21, NH = 3, hs = 8, C = NH * hs, BH = B * NH, r0 = 7, rows = 9, keys = r0 + rows;
+  for (int64_t P : {1, 3}) {
+    const auto x = uniform(static_cast<size_t>(B * T * P * C), -2, 2, 40);
+    std::vector<float> heads(x.size());
+    cpu::attention_split_heads(heads.data(), x.data(), B, T, C, NH, P);
+    DeviceBuffer<float> dx(x), dheads(filled(x.size(), 0.0f));
+    R().attention_split_heads.at(kGpu, kF32)(dheads.get(), dx.get(), B, T, C, NH, P);
+    expect_close(dheads.download(), heads, kF32Tol, "split_heads");
+    const auto xb = to_bf16(x);
+    std::vector<float> hb(x.size());
+    cpu::attention_split_heads_bf16(hb.data(), xb.data(), B, T, C, NH, P);
+    DeviceBuffer<uint16_t> dxb(xb);
+    R().attention_split_heads.at(kGpu, kBF16)(dheads.get(), dxb.get(), B, T, C, NH, P);
+    expect_close(dheads.download(), hb, kF32Tol, "split_heads bf16");
+    for (bool acc : {false, true}) {
+      std::vector<float> y = x;
+      cpu::attention_merge_heads(y.data(), heads.data(), B, T, C, NH, P, acc);
+      DeviceBuffer<float> dy(x), dh(heads);
+      R().attention_merge_heads.at(kGpu, kF32)(dy.get(), dh.get(), B, T, C, NH, P, acc);
+      expect_close(dy.download(), y, kF32Tol, "merge_heads");
+      std::vector<uint16_t> yb = xb;
+      cpu::attention_merge_heads_bf16(yb.data(), heads.data(), B, T, C, NH, P, acc);
+      DeviceBuffer<uint16_t> dyb(xb);
+      R().attention_merge_heads.at(kGpu, kBF16)(dyb.get(), dh.get(), B, T, C, NH, P, acc);
+      expect_close_bf16(dyb.download(), yb, "merge_heads bf16");
+    }
+  }
+  const auto S = uniform(static_cast<size_t>(BH * rows * keys), -3, 3, 41);
+  std::vector<float> soft = S, lse(static_cast<size_t>(BH * T), 0.0f);
+  cpu::attention_chunk_softmax(soft.data(), lse.data(), BH, T, r0, rows);
+  DeviceBuffer<float> dS(S), dlse(filled(lse.size(), 0.0f));
+  R().attention_chunk_softmax.at(kGpu, kF32)(dS.get(), dlse.get(), BH, T, r0, rows);
+  expect_close(dS.download(), soft, kF32Tol, "chunk_softmax");
+  expect_close(dlse.download(), lse, kF32Tol, "chunk_softmax lse");
+  std::vector<float> probs = S;
+  cpu::attention_chunk_probs(probs.data(), lse.data(), BH, T, r0, rows);
+  DeviceBuffer<float> dP(S), clse(lse);
+  R().attention_chunk_probs.at(kGpu, kF32)(dP.get(), clse.get(), BH, T, r0, rows);
+  expect_close(dP.download(), probs, kF32Tol, "chunk_probs");
+  const auto dp0 = uniform(S.size(), -1, 1, 42), Dsum = uniform(lse.size(), -1, 1, 43);
+  std::vector<float> ds = dp0;
+  cpu::attention_chunk_dscores(ds.data(), probs.data(), Dsum.data(), BH, T, r0, rows);
+  DeviceBuffer<float> dds(dp0), dprobs(probs), dD(Dsum);
+  R().attention_chunk_dscores.at(kGpu, kF32)(dds.get(), dprobs.get(), dD.get(), BH, T, r0, rows);
+  expect_close(dds.download(), ds, kF32Tol, "chunk_dscores");
+  const auto a = uniform(static_cast<size_t>(BH * T * hs), -1, 1, 44), b = uniform(a.size(), -1, 1, 45);
+  std::vector<float> dot(static_cast<size_t>(BH * T));
+  cpu::attention_rowdot(dot.data(), a.data(), b.data(), BH, T, hs);
+  DeviceBuffer<float> da(a), db(b), ddot(filled(dot.size(), 0.0f));
+  R().attention_rowdot.at(kGpu, kF32)(ddot.get(), da.get(), db.get(), BH, T, hs);
+  expect_close(ddot.download(), dot, kF32Tol, "rowdot");
+}
+
+// The tiles' size check comes before any CUDA call: no GPU needed.
+TEST(CudaLayerKernels, TiledAttentionRejectsHeadSizeOver128) {
+  EXPECT_THROW(cuda::attention_forward(nullptr, nullptr, nullptr, 1, 4, 256, 1), InputError);
+  EXPECT_THROW(cuda::attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 256, 1), InputError);
 }
 
 }  // namespace

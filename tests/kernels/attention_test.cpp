@@ -2,7 +2,9 @@
 #include <vector>
 
 #include "kernels/test_util.h"
+#include "paratrain/kernels/attention_by_gemm.h"
 #include "paratrain/kernels/cpu.h"
+#include "paratrain/kernels/registry.h"
 
 namespace paratrain::kernels::cpu {
 namespace {
@@ -106,6 +108,93 @@ TEST(Attention, FiniteDifferenceGradient) {
 TEST(Attention, BadShapes) {
   std::vector<float> x(100);
   EXPECT_THROW(attention_forward(x.data(), x.data(), x.data(), 1, 2, 10, 3), InputError);
+}
+
+}  // namespace
+}  // namespace paratrain::kernels::cpu
+
+namespace paratrain::kernels::cpu {
+namespace {
+
+// ---- attention by batched GEMMs (kernels/attention_by_gemm.h), the CUDA formulation, run
+// here over the CPU's tables: the same reference, for chunks of 1, 7, 16 rows and the
+// automatic size, so every chunk boundary (inside a row block, at T) is crossed. ----
+void run_by_gemm(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t chunk_rows) {
+  auto qkv = randn(B * T * 3 * C, 100 + T, 1.0f);
+  auto dout = randn(B * T * C, 200 + T);
+  std::vector<float> out(B * T * C, NAN), lse(B * NH * T, NAN), dqkv(B * T * 3 * C, 0.5f);
+  attention_by_gemm_forward<Device::CPU, DType::F32>(out.data(), lse.data(), qkv.data(), B, T, C, NH, chunk_rows);
+  attention_by_gemm_backward<Device::CPU, DType::F32>(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(),
+                                                      B, T, C, NH, chunk_rows);
+  for (auto& v : dqkv) v -= 0.5f;  // the backward adds to dqkv
+  Ref r = reference(qkv, dout, B, T, C, NH);
+  EXPECT_TRUE(all_close(out, r.out, 1e-5, 1e-4)) << "out B=" << B << " T=" << T << " chunk " << chunk_rows;
+  EXPECT_TRUE(all_close(lse, r.lse, 1e-5, 1e-5)) << "lse T=" << T << " chunk " << chunk_rows;
+  EXPECT_TRUE(all_close(dqkv, r.dqkv, 1e-4, 1e-3)) << "dqkv B=" << B << " T=" << T << " chunk " << chunk_rows;
+}
+
+TEST(AttentionByGemm, MatchesNaiveReferenceInEveryChunking) {
+  for (int64_t chunk : {1, 7, 16, 0}) {
+    run_by_gemm(1, 1, 8, 2, chunk);
+    run_by_gemm(2, 5, 12, 3, chunk);
+    run_by_gemm(2, 65, 16, 1, chunk);
+    run_by_gemm(2, 97, 24, 2, chunk);
+  }
+  run_by_gemm(1, 40, 320, 2, 16);  // head size 160: past the CUDA tile kernel's 128
+}
+
+// Without lse (inference) the forward still gives the output.
+TEST(AttentionByGemm, ForwardWithoutLse) {
+  const int64_t B = 2, T = 33, C = 16, NH = 2;
+  auto qkv = randn(B * T * 3 * C, 5, 1.0f);
+  std::vector<float> a(B * T * C), b(B * T * C);
+  attention_forward(a.data(), nullptr, qkv.data(), B, T, C, NH);
+  attention_by_gemm_forward<Device::CPU, DType::F32>(b.data(), nullptr, qkv.data(), B, T, C, NH, 8);
+  std::vector<double> ad(a.begin(), a.end());
+  EXPECT_TRUE(all_close(b, ad, 1e-6, 1e-5));
+}
+
+// bf16 in and out: q, k, v widened, f32 throughout, out and dqkv rounded once, as the fused
+// bf16 attention does; the two differ only in f32 summation order, so by at most an ulp of
+// bf16 here and there.
+TEST(AttentionByGemm, Bf16FollowsTheFusedBf16Attention) {
+  const int64_t B = 2, T = 37, C = 32, NH = 2;
+  auto qf = randn(B * T * 3 * C, 9, 1.0f), gf = randn(B * T * C, 10);
+  std::vector<uint16_t> qkv(qf.size()), dout(gf.size());
+  for (size_t i = 0; i < qf.size(); ++i) qkv[i] = paratrain::f32_to_bf16(qf[i]);
+  for (size_t i = 0; i < gf.size(); ++i) dout[i] = paratrain::f32_to_bf16(gf[i]);
+  const auto& fwd = registry().attention_forward.at(Device::CPU, DType::BF16);
+  const auto& bwd = registry().attention_backward.at(Device::CPU, DType::BF16);
+  std::vector<uint16_t> out_a(B * T * C), out_b(B * T * C), dqkv_a(qkv.size(), 0), dqkv_b(qkv.size(), 0);
+  std::vector<float> lse_a(B * NH * T), lse_b(B * NH * T);
+  fwd(out_a.data(), lse_a.data(), qkv.data(), B, T, C, NH);
+  bwd(dqkv_a.data(), dout.data(), qkv.data(), out_a.data(), lse_a.data(), B, T, C, NH);
+  attention_by_gemm_forward<Device::CPU, DType::BF16>(out_b.data(), lse_b.data(), qkv.data(), B, T, C, NH, 16);
+  attention_by_gemm_backward<Device::CPU, DType::BF16>(dqkv_b.data(), dout.data(), qkv.data(), out_a.data(),
+                                                       lse_a.data(), B, T, C, NH, 16);
+  auto widen = [](const std::vector<uint16_t>& v) {
+    std::vector<double> d(v.size());
+    for (size_t i = 0; i < v.size(); ++i) d[i] = paratrain::bf16_to_f32(v[i]);
+    return d;
+  };
+  auto as_float = [](const std::vector<uint16_t>& v) {
+    std::vector<float> f(v.size());
+    for (size_t i = 0; i < v.size(); ++i) f[i] = paratrain::bf16_to_f32(v[i]);
+    return f;
+  };
+  EXPECT_TRUE(all_close(as_float(out_b), widen(out_a), 1e-2, 1e-2));
+  EXPECT_TRUE(all_close(lse_b, std::vector<double>(lse_a.begin(), lse_a.end()), 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(as_float(dqkv_b), widen(dqkv_a), 2e-2, 2e-2));
+}
+
+// The chunk of scores stays near 128 MiB whatever the sizes, in whole tiles of 16 rows.
+TEST(AttentionByGemm, ChunksBoundTheScores) {
+  EXPECT_EQ(attention_chunk_rows(1, 64, 2), 64);  // small: one chunk
+  const int64_t R = attention_chunk_rows(8, 1024, 12);  // gpt2-124m, micro-batch 8
+  EXPECT_EQ(R % 16, 0);
+  EXPECT_LE(R * 8 * 12 * 1024 * 4, int64_t{128} << 20);
+  EXPECT_GT(R * 8 * 12 * 1024 * 4, int64_t{64} << 20);
+  EXPECT_GE(attention_chunk_rows(64, 32768, 64), 1);  // never 0, however large
 }
 
 }  // namespace

@@ -32,6 +32,7 @@
 #include "paratrain/kernels/cpu/softmax.h"
 #include "paratrain/kernels/cpu/vocab_shard_ce.h"
 #include "paratrain/kernels/cpu/attention.h"
+#include "paratrain/kernels/cpu/attention_parts.h"
 #include "paratrain/kernels/cpu/embedding.h"
 #include "paratrain/kernels/cpu/conv.h"
 #include "paratrain/kernels/cpu/optim.h"

@@ -66,6 +66,14 @@ struct Registry {
   PT_KERNEL_TABLE(softmax_row_exp_sum);
   PT_KERNEL_TABLE(attention_forward);
   PT_KERNEL_TABLE(attention_backward);
+  // attention_parts.h (attention by batched GEMMs): split/merge keyed by x's dtype, the row
+  // passes by f32
+  PT_KERNEL_TABLE(attention_split_heads);
+  PT_KERNEL_TABLE(attention_merge_heads);
+  PT_KERNEL_TABLE(attention_chunk_softmax);
+  PT_KERNEL_TABLE(attention_chunk_probs);
+  PT_KERNEL_TABLE(attention_chunk_dscores);
+  PT_KERNEL_TABLE(attention_rowdot);
   PT_KERNEL_TABLE(embedding_forward);
   PT_KERNEL_TABLE(embedding_backward);
   PT_KERNEL_TABLE(vocab_embedding_forward);

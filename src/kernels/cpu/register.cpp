@@ -63,6 +63,14 @@ void register_kernels(Registry& r) {
   PT_CPU_F32(crossentropy_backward);
   PT_CPU_F32(attention_forward);
   PT_CPU_F32(attention_backward);
+  PT_CPU_F32(attention_split_heads);
+  PT_CPU_F32(attention_merge_heads);
+  PT_CPU_F32(attention_chunk_softmax);
+  PT_CPU_F32(attention_chunk_probs);
+  PT_CPU_F32(attention_chunk_dscores);
+  PT_CPU_F32(attention_rowdot);
+  r.attention_split_heads.set(C, DType::BF16, erase<&cpu::attention_split_heads_bf16>);
+  r.attention_merge_heads.set(C, DType::BF16, erase<&cpu::attention_merge_heads_bf16>);
   PT_CPU_F32(embedding_forward);
   PT_CPU_F32(embedding_backward);
   PT_CPU_F32(vocab_embedding_forward);

@@ -53,4 +53,19 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 void attention_backward_bf16(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* out,
                              const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH);
 
+// The pieces of the attention by batched GEMMs (attention_parts.cu; contract:
+// kernels/cpu/attention_parts.h).
+void attention_split_heads(float* heads, const float* x, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P);
+void attention_split_heads_bf16(float* heads, const uint16_t* x, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                int64_t P);
+void attention_merge_heads(float* x, const float* heads, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P,
+                           bool accumulate);
+void attention_merge_heads_bf16(uint16_t* x, const float* heads, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                int64_t P, bool accumulate);
+void attention_chunk_softmax(float* S, float* lse, int64_t BH, int64_t T, int64_t r0, int64_t rows);
+void attention_chunk_probs(float* S, const float* lse, int64_t BH, int64_t T, int64_t r0, int64_t rows);
+void attention_chunk_dscores(float* dP, const float* P, const float* D, int64_t BH, int64_t T, int64_t r0,
+                             int64_t rows);
+void attention_rowdot(float* D, const float* dO, const float* O, int64_t BH, int64_t T, int64_t hs);
+
 }  // namespace paratrain::kernels::cuda

@@ -1,5 +1,7 @@
 // The CUDA layer kernels (kernels/cuda/layers.h) in the dispatch tables for Device::CUDA:
-// f32 for LayerNorm, softmax, log-softmax, cross-entropy and attention; bf16 where the CPU
+// f32 for LayerNorm, softmax, log-softmax, cross-entropy and attention (by batched GEMMs,
+// kernels/attention_by_gemm.h, unless PARATRAIN_CUDA_ATTENTION=tiles picks attention.cu's
+// one-kernel tiles) and its pieces; bf16 where the CPU
 // registers bf16 for the same table (attention, cross-entropy), with the CPU's buffer
 // dtypes (lse, losses and dlosses f32); conv2d and max-pool for f32, bf16 and f16, as the CPU
 // (conv.h). softmax_row_max and softmax_row_exp_sum return a
@@ -7,8 +9,33 @@
 #include "kernels/cuda/conv.h"
 #include "kernels/cuda/layers.h"
 #include "kernels/cuda/register.h"
+#include "paratrain/base/env.h"
+#include "paratrain/base/error.h"
+#include "paratrain/kernels/attention_by_gemm.h"
 
 namespace paratrain::kernels::cuda {
+namespace {
+
+// The attention by batched GEMMs in the attention tables' signatures (chunk rows automatic).
+template <DType T>
+void gemm_attention_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+  attention_by_gemm_forward<Device::CUDA, T>(out, lse, qkv, B, Tn, C, NH);
+}
+template <DType T>
+void gemm_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
+                             int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+  attention_by_gemm_backward<Device::CUDA, T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
+}
+
+// PARATRAIN_CUDA_ATTENTION: "gemm" (the default) or "tiles" (attention.cu's one-kernel tiles).
+bool tiled_attention() {
+  const std::string v = env::get_string("PARATRAIN_CUDA_ATTENTION");
+  if (v == "gemm") return false;
+  if (v == "tiles") return true;
+  PT_THROW(InputError, "PARATRAIN_CUDA_ATTENTION='", v, "': use gemm or tiles");
+}
+
+}  // namespace
 
 void register_layer_kernels(Registry& r) {
   constexpr Device G = Device::CUDA;
@@ -23,10 +50,25 @@ void register_layer_kernels(Registry& r) {
   r.crossentropy_forward.set(G, BF, erase<&cuda::crossentropy_forward_bf16>);
   r.crossentropy_backward.set(G, F, erase<&cuda::crossentropy_backward>);
   r.crossentropy_backward.set(G, BF, erase<&cuda::crossentropy_backward_bf16>);
-  r.attention_forward.set(G, F, erase<&cuda::attention_forward>);
-  r.attention_forward.set(G, BF, erase<&cuda::attention_forward_bf16>);
-  r.attention_backward.set(G, F, erase<&cuda::attention_backward>);
-  r.attention_backward.set(G, BF, erase<&cuda::attention_backward_bf16>);
+  if (tiled_attention()) {
+    r.attention_forward.set(G, F, erase<&cuda::attention_forward>);
+    r.attention_forward.set(G, BF, erase<&cuda::attention_forward_bf16>);
+    r.attention_backward.set(G, F, erase<&cuda::attention_backward>);
+    r.attention_backward.set(G, BF, erase<&cuda::attention_backward_bf16>);
+  } else {
+    r.attention_forward.set(G, F, &gemm_attention_forward<F>);
+    r.attention_forward.set(G, BF, &gemm_attention_forward<BF>);
+    r.attention_backward.set(G, F, &gemm_attention_backward<F>);
+    r.attention_backward.set(G, BF, &gemm_attention_backward<BF>);
+  }
+  r.attention_split_heads.set(G, F, erase<&cuda::attention_split_heads>);
+  r.attention_split_heads.set(G, BF, erase<&cuda::attention_split_heads_bf16>);
+  r.attention_merge_heads.set(G, F, erase<&cuda::attention_merge_heads>);
+  r.attention_merge_heads.set(G, BF, erase<&cuda::attention_merge_heads_bf16>);
+  r.attention_chunk_softmax.set(G, F, erase<&cuda::attention_chunk_softmax>);
+  r.attention_chunk_probs.set(G, F, erase<&cuda::attention_chunk_probs>);
+  r.attention_chunk_dscores.set(G, F, erase<&cuda::attention_chunk_dscores>);
+  r.attention_rowdot.set(G, F, erase<&cuda::attention_rowdot>);
 #define PT_CUDA_ALL(name)                              \
   r.name.set(G, F, &cuda::name<DType::F32>);           \
   r.name.set(G, BF, &cuda::name<DType::BF16>);         \
