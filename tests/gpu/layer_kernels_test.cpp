@@ -343,14 +343,22 @@ std::vector<AttnImpl> attention_impls() {
 }
 constexpr AttnCase kWideHead{2, 45, 2, 160};  // past the tiles' 128: the GEMM attention only
 
-TEST(CudaLayerKernels, AttentionF32MatchesCpu) {
-  PT_REQUIRE_GPU();
+// f(impl, case) for every attention and every case within its head size, traced by both.
+template <typename F>
+void each_attention_case(F&& f) {
   std::vector<AttnCase> cases(std::begin(kAttnCases), std::end(kAttnCases));
   cases.push_back(kWideHead);
   for (const AttnImpl& impl : attention_impls())
-  for (const AttnCase& k : cases) {
-    if (k.hs > impl.max_head_size) continue;
-    SCOPED_TRACE(attn_name(k) + ", " + impl.name);
+    for (const AttnCase& k : cases) {
+      if (k.hs > impl.max_head_size) continue;
+      SCOPED_TRACE(attn_name(k) + ", " + impl.name);
+      f(impl, k);
+    }
+}
+
+TEST(CudaLayerKernels, AttentionF32MatchesCpu) {
+  PT_REQUIRE_GPU();
+  each_attention_case([](const AttnImpl& impl, const AttnCase& k) {
     const int64_t C = k.NH * k.hs;
     const size_t nqkv = static_cast<size_t>(k.B * k.T * 3 * C), nout = static_cast<size_t>(k.B * k.T * C),
                  nlse = static_cast<size_t>(k.B * k.NH * k.T);
@@ -372,20 +380,14 @@ TEST(CudaLayerKernels, AttentionF32MatchesCpu) {
     std::vector<float> d = d0;
     cpu::attention_backward(d.data(), g.data(), qkv.data(), out.data(), lse.data(), k.B, k.T, C, k.NH);
     DeviceBuffer<float> dg(g), cout_(out), clse(lse), dd(d0);
-    impl.f32_backward(dd.get(), dg.get(), dqkv_in.get(), cout_.get(), clse.get(), k.B, k.T, C,
-                                          k.NH);
+    impl.f32_backward(dd.get(), dg.get(), dqkv_in.get(), cout_.get(), clse.get(), k.B, k.T, C, k.NH);
     expect_close(dd.download(), d, kF32Tol, "attention dqkv", &d0);
-  }
+  });
 }
 
 TEST(CudaLayerKernels, AttentionBF16MatchesCpu) {
   PT_REQUIRE_GPU();
-  std::vector<AttnCase> cases(std::begin(kAttnCases), std::end(kAttnCases));
-  cases.push_back(kWideHead);
-  for (const AttnImpl& impl : attention_impls())
-  for (const AttnCase& k : cases) {
-    if (k.hs > impl.max_head_size) continue;
-    SCOPED_TRACE(attn_name(k) + ", " + impl.name);
+  each_attention_case([](const AttnImpl& impl, const AttnCase& k) {
     const int64_t C = k.NH * k.hs;
     const size_t nqkv = static_cast<size_t>(k.B * k.T * 3 * C), nout = static_cast<size_t>(k.B * k.T * C),
                  nlse = static_cast<size_t>(k.B * k.NH * k.T);
@@ -406,10 +408,9 @@ TEST(CudaLayerKernels, AttentionBF16MatchesCpu) {
                                            k.NH);
     DeviceBuffer<uint16_t> dg(g), cout_(out), dd(d0);
     DeviceBuffer<float> clse(lse);
-    impl.bf16_backward(dd.get(), dg.get(), dq.get(), cout_.get(), clse.get(), k.B, k.T, C,
-                                           k.NH);
+    impl.bf16_backward(dd.get(), dg.get(), dq.get(), cout_.get(), clse.get(), k.B, k.T, C, k.NH);
     expect_close_bf16(dd.download(), d, "attention bf16 dqkv");  // d includes the prefill: += is checked
-  }
+  });
 }
 
 // The pieces of the GEMM attention one by one against the CPU's (kernels/cpu/attention_parts.h):

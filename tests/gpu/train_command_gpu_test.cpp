@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "gpu_run_dir.h"
 #include "gpu_test_util.h"
-#include "paratrain/data/token_file.h"
 #include "support/run_binary.h"
 
 using namespace paratrain;
@@ -26,17 +26,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class TrainCommandOnGpu : public ::testing::Test {
+class TrainCommandOnGpu : public test::GpuRunDir {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/paratrain_gpu_train_XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    std::vector<uint16_t> t(40000);
-    for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<uint16_t>((i * 7 + (i / 13)) % 256);
-    data::write_token_file(path("tokens.bin"), t);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& n) const { return dir_ + "/" + n; }
   std::string base(int steps) const {
     return "train --model gpt-nano --data " + path("tokens.bin") + " --steps " + std::to_string(steps) +
            " --micro-batch 4 --grad-accum 2 --lr 1e-3 --grad-clip 1.0 --seed 3 --quiet";
@@ -53,7 +44,6 @@ class TrainCommandOnGpu : public ::testing::Test {
     }
     return lines;
   }
-  std::string dir_;
 };
 
 // Fashion-MNIST's IDX files (uncompressed, which the loader accepts) in `dir`: `train` and

@@ -7,33 +7,21 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cstdint>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
 
+#include "gpu_run_dir.h"
 #include "gpu_test_util.h"
-#include "paratrain/data/token_file.h"
 #include "support/run_binary.h"
 
 using namespace paratrain;
-namespace fs = std::filesystem;
 
 namespace {
 
-class VerifyOnGpu : public ::testing::Test {
+class VerifyOnGpu : public test::GpuRunDir {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/paratrain_gpu_verify_XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    std::vector<uint16_t> t(40000);
-    for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<uint16_t>((i * 7 + (i / 13)) % 256);
-    data::write_token_file(path("tokens.bin"), t);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& n) const { return dir_ + "/" + n; }
   std::string args(const std::string& extra) const {
     return "verify --model gpt-nano --data " + path("tokens.bin") +
            " --steps 3 --micro-batch 4 --device cuda --json " + path("v.json") + " " + extra;
@@ -42,7 +30,6 @@ class VerifyOnGpu : public ::testing::Test {
     std::ifstream in(path("v.json"));
     return nlohmann::json::parse(std::string(std::istreambuf_iterator<char>(in), {}));
   }
-  std::string dir_;
 };
 
 TEST_F(VerifyOnGpu, OneGpuPasses) {
