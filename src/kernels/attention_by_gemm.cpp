@@ -12,7 +12,8 @@
 namespace paratrain::kernels {
 namespace {
 
-constexpr int64_t kChunkBytes = int64_t{128} << 20;  // one chunk of scores, f32
+constexpr int64_t kChunkBytes = int64_t{128} << 20;  // one chunk of scores, f32, at most
+constexpr int64_t kMaxChunkRows = 128;                 // query rows per chunk, at most
 
 void check(int64_t B, int64_t T, int64_t C, int64_t NH, const char* who) {
   if (B < 0 || T < 0 || C <= 0 || NH <= 0 || C % NH != 0)
@@ -38,7 +39,7 @@ void each_chunk(int64_t T, int64_t R, F&& f) {
 
 int64_t attention_chunk_rows(int64_t B, int64_t T, int64_t NH) {
   const int64_t per_row = std::max<int64_t>(1, B * NH * T * 4);
-  int64_t R = std::max<int64_t>(1, kChunkBytes / per_row);
+  int64_t R = std::clamp<int64_t>(kChunkBytes / per_row, 1, kMaxChunkRows);
   if (R >= 16) R -= R % 16;  // whole tiles for the GEMMs
   return std::min(R, std::max<int64_t>(T, 1));
 }

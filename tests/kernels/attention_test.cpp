@@ -187,13 +187,14 @@ TEST(AttentionByGemm, Bf16FollowsTheFusedBf16Attention) {
   EXPECT_TRUE(all_close(as_float(dqkv_b), widen(dqkv_a), 2e-2, 2e-2));
 }
 
-// The chunk of scores stays near 128 MiB whatever the sizes, in whole tiles of 16 rows.
+// A chunk is at most 128 query rows (whole tiles of 16) and its scores at most 128 MiB.
 TEST(AttentionByGemm, ChunksBoundTheScores) {
-  EXPECT_EQ(attention_chunk_rows(1, 64, 2), 64);  // small: one chunk
-  const int64_t R = attention_chunk_rows(8, 1024, 12);  // gpt2-124m, micro-batch 8
+  EXPECT_EQ(attention_chunk_rows(1, 64, 2), 64);      // small: one chunk
+  EXPECT_EQ(attention_chunk_rows(8, 1024, 12), 128);  // gpt2-124m, micro-batch 8: 48 MiB of scores
+  const int64_t R = attention_chunk_rows(32, 4096, 16);
   EXPECT_EQ(R % 16, 0);
-  EXPECT_LE(R * 8 * 12 * 1024 * 4, int64_t{128} << 20);
-  EXPECT_GT(R * 8 * 12 * 1024 * 4, int64_t{64} << 20);
+  EXPECT_LE(R * 32 * 16 * 4096 * 4, int64_t{128} << 20);
+  EXPECT_GT(R * 32 * 16 * 4096 * 4, int64_t{64} << 20);
   EXPECT_GE(attention_chunk_rows(64, 32768, 64), 1);  // never 0, however large
 }
 

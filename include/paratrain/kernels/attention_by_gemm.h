@@ -4,14 +4,15 @@
 // dqkv += the gradient; every product, softmax and sum in f32, a bf16 result rounded once.
 //
 // How: q, k, v (and out, dout in the backward) are copied head-major in f32, (B*NH, T, hs);
-// the query rows go in chunks of R rows (R chosen so a chunk of scores (B*NH, R, T) f32 stays
-// under about 128 MiB), and for the chunk [r0, r0+R), keys 0 .. r0+R-1 only (causal):
+// the query rows go in chunks of R rows (at most 128, fewer where a chunk of scores
+// (B*NH, R, T) f32 would pass 128 MiB), and for the chunk [r0, r0+R), keys 0 .. r0+R-1 only
+// (causal):
 //   forward:  S = scale Q_c K^T;  P = softmax(S) masked, lse saved;  O_c = P V
 //   backward: P = exp(scale Q_c K^T - lse) masked;  dV += P^T dO_c;  dP = dO_c V^T;
 //             dS = P (dP - D), D = rowsum(dO O);  dQ_c = scale dS K;  dK += scale dS^T Q_c
 // with the device's gemm_batched (one call per GEMM per chunk, the batch = every head) and
 // the row passes of kernels/cpu/attention_parts.h (the device's tables). So no (T,T) matrix
-// is ever held: one chunk of R query rows against its keys, in scratch of the device's
+// is held for T > 128: one chunk of R query rows against its keys, in scratch of the device's
 // allocator, freed (stream-ordered) when the call returns. Each GEMM is the f32 GEMM of the
 // device: on a GPU cuBLASLt's f32 SGEMM (no TF32), the same arithmetic as the CPU's.
 //
