@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/cuda/layers.h"
+#include "paratrain/kernels/attention_by_gemm.h"
 #include "paratrain/kernels/registry.h"
 #include "paratrain/tensor/cuda.h"
 #include "paratrain/tensor/cuda_check.h"
@@ -117,17 +118,28 @@ int main(int argc, char** argv) {
       Tensor dout = random_on_gpu({B, T, C}, dt, 4);
       Tensor dqkv = Tensor::zeros({B, T, 3 * C}, dt, kGpu, 0);
       const double fwd_flops = 4.0 * B * NH * T * T * (C / NH) / 2;
-      // The tables' attention (by batched GEMMs unless PARATRAIN_CUDA_ATTENTION=tiles), then
-      // the one-kernel tiles named, in the same run: the two side by side.
+      // The tables' attention (by batched f32 GEMMs unless PARATRAIN_CUDA_ATTENTION says
+      // otherwise), then the others named, in the same run: side by side.
       const bool bf16 = dt == DType::BF16;
-      const std::pair<std::string, std::pair<decltype(reg.attention_forward.at(kGpu, dt)),
-                                             decltype(reg.attention_backward.at(kGpu, dt))>>
-          impls[] = {{"", {reg.attention_forward.at(kGpu, dt), reg.attention_backward.at(kGpu, dt)}},
-                     {" (tiles)",
-                      {bf16 ? kernels::erase<&kernels::cuda::attention_forward_bf16>
-                            : kernels::erase<&kernels::cuda::attention_forward>,
-                       bf16 ? kernels::erase<&kernels::cuda::attention_backward_bf16>
-                            : kernels::erase<&kernels::cuda::attention_backward>}}};
+      using Fwd = decltype(reg.attention_forward.at(kGpu, dt));
+      using Bwd = decltype(reg.attention_backward.at(kGpu, dt));
+      std::vector<std::pair<std::string, std::pair<Fwd, Bwd>>> impls = {
+          {"", {reg.attention_forward.at(kGpu, dt), reg.attention_backward.at(kGpu, dt)}},
+          {" (tiles)",
+           {bf16 ? kernels::erase<&kernels::cuda::attention_forward_bf16>
+                 : kernels::erase<&kernels::cuda::attention_forward>,
+            bf16 ? kernels::erase<&kernels::cuda::attention_backward_bf16>
+                 : kernels::erase<&kernels::cuda::attention_backward>}}};
+      if (bf16)
+        impls.push_back({" (gemm, bf16 products)",
+                         {[](void* o, void* l, const void* x, int64_t b, int64_t t, int64_t c, int64_t nh) {
+                            kernels::attention_by_gemm_forward<Device::CUDA, DType::BF16>(o, l, x, b, t, c, nh, 0, true);
+                          },
+                          [](void* d, const void* g, const void* x, const void* o, const void* l, int64_t b, int64_t t,
+                             int64_t c, int64_t nh) {
+                            kernels::attention_by_gemm_backward<Device::CUDA, DType::BF16>(d, g, x, o, l, b, t, c, nh, 0,
+                                                                                         true);
+                          }}});
       for (const auto& [suffix, fns] : impls) {
         const auto fwd = fns.first;
         const auto bwd = fns.second;

@@ -35,8 +35,9 @@ const std::vector<VarInfo>& declared() {
        "rank 0's progress line names the slowest rank when its compute + data-wait time exceeds the median "
        "rank's by more than this fraction"},
       {"PARATRAIN_CUDA_ATTENTION", "gemm",
-       "the CUDA attention kernels: gemm (batched cuBLASLt GEMMs over every head, chunks of query rows) or tiles "
-       "(one kernel per pass, 16x16 tiles in shared memory)"},
+       "the CUDA attention kernels: gemm (batched f32 cuBLASLt GEMMs over every head, chunks of query rows), "
+       "gemm-bf16 (the same; bf16 attention with bf16 products on tensor cores, P and dS rounded to bf16) or tiles "
+       "(one kernel per pass, 16x16 tiles in shared memory, f32)"},
       {"PARATRAIN_PROFILE", "0", "1 = time every op forward and backward and print a table after training"},
       {"PARATRAIN_LOG", "info",
        "diagnostic log level, for every subsystem and optionally per tag: LEVEL[,TAG=LEVEL...] with LEVEL "

@@ -426,6 +426,40 @@ TEST(CudaBasicKernels, GemmBatched) {
   check_gemm(DType::F32, {false, false, 8, 8, 0, 0}, 1.0f, 0.5f, 3, 0, 0, false, false, R());  // K == 0
 }
 
+// gemm_batched_to_f32 (bf16 A and B, f32 C: the GEMM attention's tensor-core form) against
+// the CPU's gemm_batched_bf16: every layout, strided and shared operands, beta 0 (C ignored,
+// NaN included) and 1, K == 0. The products of bf16 values are exact in f32: only the
+// summation order differs, so the f32 tolerance holds.
+TEST(CudaBasicKernels, GemmBatchedToF32) {
+  PT_REQUIRE_GPU();
+  const auto& cpu = R().gemm_batched_to_f32.at(kCpu, DType::BF16);
+  const auto& gpu = R().gemm_batched_to_f32.at(kGpu, DType::BF16);
+  for (int tr = 0; tr < 4; ++tr)
+    for (float beta : {0.0f, 1.0f})
+      for (int64_t K : {37, 0})
+        for (int share = 0; share < 3; ++share) {
+          const bool ta = tr & 1, tb = tr & 2;
+          const int64_t M = 19, N = 23, batch = 3, lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 1, ldc = N + 2;
+          const int64_t ra = ta ? K : M, rb = tb ? N : K;
+          const int64_t sa = share == 1 ? 0 : ra * lda + 5, sb = share == 2 ? 0 : rb * ldb, sc = M * ldc + 3;
+          const Bytes A = random_array(DType::BF16, std::max<int64_t>(1, sa * (batch - 1) + ra * lda), 61, -1, 1);
+          const Bytes B = random_array(DType::BF16, std::max<int64_t>(1, sb * (batch - 1) + rb * ldb), 62, -1, 1);
+          Bytes C0 = random_array(DType::F32, sc * (batch - 1) + M * ldc, 63, -1, 1);
+          if (beta == 0.0f) {
+            const float nan = std::numeric_limits<float>::quiet_NaN();
+            for (size_t i = 0; i < C0.size() / 4; i += 7) std::memcpy(C0.data() + 4 * i, &nan, 4);
+          }
+          Bytes want = C0;
+          DevBuf dA(A), dB(B), dC(C0);
+          cpu(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, want.data(), ldc, batch, sa, sb, sc);
+          gpu(ta, tb, M, N, K, 0.5f, dA.p, lda, dB.p, ldb, beta, dC.p, ldc, batch, sa, sb, sc);
+          expect_close(DType::F32, dC.get<uint8_t>(), want, Tol{1e-5, 1e-5},
+                       "gemm_batched_to_f32 ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) +
+                           " K=" + std::to_string(K) + " beta=" + std::to_string(beta) +
+                           " share=" + std::to_string(share));
+        }
+}
+
 // gemm_bias (cuBLASLt's bias epilogue) against the CPU's gemm + bias_add: both layouts of
 // the weight, shapes that do and do not fill tiles, K == 0 (out = bias), and a bias that is
 // not 16-byte aligned (the unfused path). bf16/f16 round once where the CPU rounds twice:

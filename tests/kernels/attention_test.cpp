@@ -187,6 +187,53 @@ TEST(AttentionByGemm, Bf16FollowsTheFusedBf16Attention) {
   EXPECT_TRUE(all_close(as_float(dqkv_b), widen(dqkv_a), 2e-2, 2e-2));
 }
 
+// bf16 products (the GPU's tensor-core form): P and dS rounded to bf16 before their GEMMs.
+// Against the fused bf16 attention: the output within the bf16 tolerance of the GPU tests
+// (2e-2 relative plus 1e-3 of the largest value), the gradient within 2e-2 plus 4e-3 of the
+// largest, and measurably different from the f32-products form (the rounding happens); T =
+// 200 so that rows sum many rounded probabilities.
+TEST(AttentionByGemm, Bf16ProductsStayWithinTheBf16Tolerance) {
+  const int64_t B = 2, T = 200, C = 64, NH = 2;
+  auto qf = randn(B * T * 3 * C, 19, 1.0f), gf = randn(B * T * C, 20);
+  std::vector<uint16_t> qkv(qf.size()), dout(gf.size());
+  for (size_t i = 0; i < qf.size(); ++i) qkv[i] = paratrain::f32_to_bf16(qf[i]);
+  for (size_t i = 0; i < gf.size(); ++i) dout[i] = paratrain::f32_to_bf16(gf[i]);
+  auto as_float = [](const std::vector<uint16_t>& v) {
+    std::vector<float> f(v.size());
+    for (size_t i = 0; i < v.size(); ++i) f[i] = paratrain::bf16_to_f32(v[i]);
+    return f;
+  };
+  auto max_abs = [](const std::vector<float>& v) {
+    double m = 0;
+    for (float x : v) m = std::max(m, std::fabs(static_cast<double>(x)));
+    return m;
+  };
+  std::vector<uint16_t> out_ref(B * T * C), dqkv_ref(qkv.size(), 0);
+  std::vector<float> lse_ref(B * NH * T);
+  registry().attention_forward.at(Device::CPU, DType::BF16)(out_ref.data(), lse_ref.data(), qkv.data(), B, T, C, NH);
+  registry().attention_backward.at(Device::CPU, DType::BF16)(dqkv_ref.data(), dout.data(), qkv.data(), out_ref.data(),
+                                                            lse_ref.data(), B, T, C, NH);
+  std::vector<std::vector<float>> outs, grads;
+  for (bool half : {false, true}) {
+    std::vector<uint16_t> out(B * T * C), dqkv(qkv.size(), 0);
+    std::vector<float> lse(B * NH * T);
+    attention_by_gemm_forward<Device::CPU, DType::BF16>(out.data(), lse.data(), qkv.data(), B, T, C, NH, 48, half);
+    attention_by_gemm_backward<Device::CPU, DType::BF16>(dqkv.data(), dout.data(), qkv.data(), out_ref.data(),
+                                                         lse_ref.data(), B, T, C, NH, 48, half);
+    const auto o = as_float(out), g = as_float(dqkv), o_ref = as_float(out_ref), g_ref = as_float(dqkv_ref);
+    EXPECT_TRUE(all_close(o, std::vector<double>(o_ref.begin(), o_ref.end()), 1e-3 * max_abs(o_ref), 2e-2)) << half;
+    // The gradient's small elements carry the rounding of many bf16 P and dS terms: about
+    // 1.2e-3 of the largest here with bf16 products, none without.
+    EXPECT_TRUE(all_close(g, std::vector<double>(g_ref.begin(), g_ref.end()), (half ? 4e-3 : 1e-3) * max_abs(g_ref),
+                          2e-2))
+        << half;
+    EXPECT_TRUE(all_close(lse, std::vector<double>(lse_ref.begin(), lse_ref.end()), 1e-5, 1e-5)) << half;
+    outs.push_back(o), grads.push_back(g);
+  }
+  EXPECT_NE(outs[0], outs[1]) << "rounding P to bf16 changed no output: the bf16-products path did not run";
+  EXPECT_NE(grads[0], grads[1]);
+}
+
 // A chunk is at most 128 query rows (whole tiles of 16) and its scores at most 128 MiB.
 TEST(AttentionByGemm, ChunksBoundTheScores) {
   EXPECT_EQ(attention_chunk_rows(1, 64, 2), 64);      // small: one chunk

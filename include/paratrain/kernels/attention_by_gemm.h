@@ -18,7 +18,14 @@
 //
 // attention_by_gemm_forward/backward<D, T>: the table signatures of attention_forward and
 // attention_backward for device D and dtype T (f32 or bf16), with the query rows per chunk
-// last (0: attention_chunk_rows()); sizes checked as attention.h's.
+// after them (0: attention_chunk_rows()); sizes checked as attention.h's.
+//
+// bf16_products (T = bf16 only; f32 ignores it): every GEMM takes bf16 operands with f32
+// accumulation and an f32 result (gemm_batched_to_f32; tensor cores on a GPU). q, k, v and
+// dout came from bf16, so S = Q K^T and dP = dO V^T are exactly the f32 path's products;
+// P and dS are rounded to bf16 before P V, P^T dO, dS K and dS^T Q, as FlashAttention does.
+// That rounding is not the CPU's contract (P and dS stay f32 there): the result differs
+// from the f32 path by about bf16's precision, within the bf16 comparisons' tolerance.
 // Thread-safety: as any kernel (the caller's buffers; the device's stream on a GPU).
 #pragma once
 
@@ -31,10 +38,11 @@ namespace paratrain::kernels {
 
 template <Device D, DType T>
 void attention_by_gemm_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t T_, int64_t C, int64_t NH,
-                               int64_t chunk_rows = 0);
+                               int64_t chunk_rows = 0, bool bf16_products = false);
 template <Device D, DType T>
 void attention_by_gemm_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
-                                int64_t B, int64_t T_, int64_t C, int64_t NH, int64_t chunk_rows = 0);
+                                int64_t B, int64_t T_, int64_t C, int64_t NH, int64_t chunk_rows = 0,
+                                bool bf16_products = false);
 
 // The query rows per chunk for these sizes (>= 1; T when the whole score matrix is small).
 int64_t attention_chunk_rows(int64_t B, int64_t T, int64_t NH);

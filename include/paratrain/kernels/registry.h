@@ -22,6 +22,8 @@ struct Registry {
   // gemm.h
   PT_KERNEL_TABLE(gemm);
   PT_KERNEL_TABLE(gemm_batched);
+  // A and B in the table's dtype (bf16), C and the accumulation f32: cpu::gemm_batched_bf16.
+  KernelTable<Erased<decltype(cpu::gemm_batched)>> gemm_batched_to_f32{"gemm_batched_to_f32"};
   // A linear layer's forward with its bias: out (M,N) = A (M,K) op(B) + bias (N) in every row,
   // op(B) = B (K,N), or B^T with B (N,K) when trans_b; contiguous (lda K, ldb K or N, ldc N),
   // all in the table's dtype. The CPU's is its gemm, then its bias_add (the bits of the two

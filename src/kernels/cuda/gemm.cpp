@@ -15,6 +15,8 @@
 //  - K == 0: C = beta C by a kernel; M == 0, N == 0 or batch == 0: nothing.
 //  - gemm_batched with a 0 stride for A or B (a matrix shared by the batch) runs one GEMM
 //    per matrix; otherwise one strided-batched cuBLASLt call.
+//  - gemm_batched_to_f32: bf16 A and B, f32 C (cuBLASLt's C/D type CUDA_R_32F; the products
+//    of bf16 values are exact in the f32 accumulator), otherwise as gemm_batched.
 //  - gemm_bias: the plan carries CUBLASLT_EPILOGUE_BIAS (the bias in the output's type, added
 //    to the f32 accumulator before the one rounding); the bias pointer is a descriptor
 //    attribute, so it is set and the GEMM enqueued under the cache's mutex. A bias not 16-byte
@@ -54,13 +56,15 @@ struct Key {
   int64_t M, N, K, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
   uint32_t align_a, align_b, align_c;
   bool bias = false;  // the bias epilogue (gemm_bias)
+  DType c_dtype = DType::F32;  // C's (and D's) type: dtype, or f32 for gemm_batched_to_f32
   bool operator==(const Key&) const = default;
 };
 struct KeyHash {
   size_t operator()(const Key& k) const {
     size_t h = static_cast<size_t>(k.dtype) * 4 + static_cast<size_t>(k.ta) * 2 + static_cast<size_t>(k.tb);
     for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc, k.batch, k.stride_a, k.stride_b, k.stride_c,
-                      int64_t{k.align_a}, int64_t{k.align_b}, int64_t{k.align_c}, int64_t{k.bias}})
+                      int64_t{k.align_a}, int64_t{k.align_b}, int64_t{k.align_c}, int64_t{k.bias},
+                      static_cast<int64_t>(k.c_dtype)})
       h = h * 0x9e3779b97f4a7c15ull + static_cast<size_t>(v);
     return h;
   }
@@ -138,7 +142,7 @@ Plan make_plan(cublasLtHandle_t handle, const Key& k) {
   // Our A, stored row-major (M,K) or (K,M) when trans_a: column-major (K,M) or (M,K).
   p.b = make_layout(type, k.ta ? k.M : k.K, k.ta ? k.K : k.M, k.lda, k.batch, k.stride_a);
   // C (M,N) row-major: column-major (N,M).
-  p.c = make_layout(type, k.N, k.M, k.ldc, k.batch, k.stride_c);
+  p.c = make_layout(cuda_type(k.c_dtype), k.N, k.M, k.ldc, k.batch, k.stride_c);
 
   cublasLtMatmulPreference_t pref = nullptr;
   PT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -188,15 +192,17 @@ const Plan& plan_for(LtState& st, const Key& key) {
   return it->second;
 }
 
-// One cuBLASLt call: `batch` matrices (1: a plain GEMM), M, N, K >= 1.
-template <DType T>
+// One cuBLASLt call: `batch` matrices (1: a plain GEMM), M, N, K >= 1; A and B of type T,
+// C of type CT (T, or f32).
+template <DType T, DType CT = T>
 void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda, const void* B,
          int64_t ldb, float beta, void* C, int64_t ldc, int64_t batch, int64_t sa, int64_t sb, int64_t sc) {
   LtState& st = detail::per_device<LtState>();
   if (batch == 1) sa = sb = sc = 0;
-  const int64_t es = static_cast<int64_t>(dtype_size(T));
-  const Key key{T,  ta,  tb,  M,  N,  K,  lda, ldb, ldc, batch, sa, sb, sc, alignment(A, sa * es),
-                alignment(B, sb * es), alignment(C, sc * es)};
+  const int64_t es = static_cast<int64_t>(dtype_size(T)), ces = static_cast<int64_t>(dtype_size(CT));
+  Key key{T,  ta,  tb,  M,  N,  K,  lda, ldb, ldc, batch, sa, sb, sc, alignment(A, sa * es),
+          alignment(B, sb * es), alignment(C, sc * ces)};
+  key.c_dtype = CT;
   const Plan* plan = nullptr;
   {
     std::lock_guard<std::mutex> lock(st.mu);
@@ -216,6 +222,7 @@ bool run_with_bias(bool tb, int64_t M, int64_t N, int64_t K, const void* A, cons
   const int64_t ldb = tb ? K : N;
   Key key{T, false, tb, M, N, K, K, ldb, N, 1, 0, 0, 0, alignment(A, 0), alignment(B, 0), alignment(out, 0)};
   key.bias = true;
+  key.c_dtype = T;
   const float alpha = 1.0f, beta = 0.0f;
   std::lock_guard<std::mutex> lock(st.mu);  // the bias pointer lives in the shared descriptor
   const Plan& plan = plan_for(st, key);
@@ -255,6 +262,25 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     return;
   }
   run<T>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, batch, stride_a, stride_b, stride_c);
+}
+
+void gemm_batched_to_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void* A,
+                         int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc, int64_t batch,
+                         int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+  constexpr DType T = DType::BF16, F = DType::F32;
+  check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc, "gemm_batched_to_f32");
+  if (batch < 0) PT_THROW(InputError, "gemm_batched_to_f32: negative batch ", batch);
+  if (batch > INT_MAX) PT_THROW(InputError, "gemm_batched_to_f32: batch ", batch, " is above ", INT_MAX);
+  if (M == 0 || N == 0 || batch == 0) return;
+  if (K == 0) return scale_matrices<F>(C, M, N, ldc, beta, batch, stride_c);
+  if (batch > 1 && (stride_a == 0 || stride_b == 0)) {
+    for (int64_t i = 0; i < batch; ++i)
+      run<T, F>(trans_a, trans_b, M, N, K, alpha, static_cast<const uint16_t*>(A) + i * stride_a, lda,
+                static_cast<const uint16_t*>(B) + i * stride_b, ldb, beta, static_cast<float*>(C) + i * stride_c, ldc,
+                1, 0, 0, 0);
+    return;
+  }
+  run<T, F>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, batch, stride_a, stride_b, stride_c);
 }
 
 template <DType T>

@@ -1,7 +1,8 @@
 // The CUDA layer kernels (kernels/cuda/layers.h) in the dispatch tables for Device::CUDA:
-// f32 for LayerNorm, softmax, log-softmax, cross-entropy and attention (by batched GEMMs,
-// kernels/attention_by_gemm.h, unless PARATRAIN_CUDA_ATTENTION=tiles picks attention.cu's
-// one-kernel tiles) and its pieces; bf16 where the CPU
+// f32 for LayerNorm, softmax, log-softmax, cross-entropy and attention (by batched f32 GEMMs,
+// kernels/attention_by_gemm.h; PARATRAIN_CUDA_ATTENTION=gemm-bf16 gives bf16 attention bf16
+// products on tensor cores, =tiles attention.cu's one-kernel tiles) and its pieces; bf16
+// where the CPU
 // registers bf16 for the same table (attention, cross-entropy), with the CPU's buffer
 // dtypes (lse, losses and dlosses f32); conv2d and max-pool for f32, bf16 and f16, as the CPU
 // (conv.h). softmax_row_max and softmax_row_exp_sum return a
@@ -16,23 +17,26 @@
 namespace paratrain::kernels::cuda {
 namespace {
 
-// The attention by batched GEMMs in the attention tables' signatures (chunk rows automatic).
-template <DType T>
+// The attention by batched GEMMs in the attention tables' signatures (chunk rows automatic;
+// bf16 products for bf16 when `Half`).
+template <DType T, bool Half = false>
 void gemm_attention_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
-  attention_by_gemm_forward<Device::CUDA, T>(out, lse, qkv, B, Tn, C, NH);
+  attention_by_gemm_forward<Device::CUDA, T>(out, lse, qkv, B, Tn, C, NH, 0, Half);
 }
-template <DType T>
+template <DType T, bool Half = false>
 void gemm_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
                              int64_t B, int64_t Tn, int64_t C, int64_t NH) {
-  attention_by_gemm_backward<Device::CUDA, T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
+  attention_by_gemm_backward<Device::CUDA, T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH, 0, Half);
 }
 
-// PARATRAIN_CUDA_ATTENTION: "gemm" (the default) or "tiles" (attention.cu's one-kernel tiles).
-bool tiled_attention() {
+// PARATRAIN_CUDA_ATTENTION: which attention the tables hold.
+enum class AttentionForm { kGemm, kGemmBf16Products, kTiles };
+AttentionForm attention_form() {
   const std::string v = env::get_string("PARATRAIN_CUDA_ATTENTION");
-  if (v == "gemm") return false;
-  if (v == "tiles") return true;
-  PT_THROW(InputError, "PARATRAIN_CUDA_ATTENTION='", v, "': use gemm or tiles");
+  if (v == "gemm") return AttentionForm::kGemm;
+  if (v == "gemm-bf16") return AttentionForm::kGemmBf16Products;
+  if (v == "tiles") return AttentionForm::kTiles;
+  PT_THROW(InputError, "PARATRAIN_CUDA_ATTENTION='", v, "': use gemm, gemm-bf16 or tiles");
 }
 
 }  // namespace
@@ -50,16 +54,22 @@ void register_layer_kernels(Registry& r) {
   r.crossentropy_forward.set(G, BF, erase<&cuda::crossentropy_forward_bf16>);
   r.crossentropy_backward.set(G, F, erase<&cuda::crossentropy_backward>);
   r.crossentropy_backward.set(G, BF, erase<&cuda::crossentropy_backward_bf16>);
-  if (tiled_attention()) {
-    r.attention_forward.set(G, F, erase<&cuda::attention_forward>);
-    r.attention_forward.set(G, BF, erase<&cuda::attention_forward_bf16>);
-    r.attention_backward.set(G, F, erase<&cuda::attention_backward>);
-    r.attention_backward.set(G, BF, erase<&cuda::attention_backward_bf16>);
-  } else {
-    r.attention_forward.set(G, F, &gemm_attention_forward<F>);
-    r.attention_forward.set(G, BF, &gemm_attention_forward<BF>);
-    r.attention_backward.set(G, F, &gemm_attention_backward<F>);
-    r.attention_backward.set(G, BF, &gemm_attention_backward<BF>);
+  switch (attention_form()) {
+    case AttentionForm::kTiles:
+      r.attention_forward.set(G, F, erase<&cuda::attention_forward>);
+      r.attention_forward.set(G, BF, erase<&cuda::attention_forward_bf16>);
+      r.attention_backward.set(G, F, erase<&cuda::attention_backward>);
+      r.attention_backward.set(G, BF, erase<&cuda::attention_backward_bf16>);
+      break;
+    case AttentionForm::kGemm:
+    case AttentionForm::kGemmBf16Products: {
+      const bool half = attention_form() == AttentionForm::kGemmBf16Products;
+      r.attention_forward.set(G, F, &gemm_attention_forward<F>);
+      r.attention_forward.set(G, BF, half ? &gemm_attention_forward<BF, true> : &gemm_attention_forward<BF>);
+      r.attention_backward.set(G, F, &gemm_attention_backward<F>);
+      r.attention_backward.set(G, BF, half ? &gemm_attention_backward<BF, true> : &gemm_attention_backward<BF>);
+      break;
+    }
   }
   r.attention_split_heads.set(G, F, erase<&cuda::attention_split_heads>);
   r.attention_split_heads.set(G, BF, erase<&cuda::attention_split_heads_bf16>);
