@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <tuple>
 
-#include "comm/algorithms/algorithms.h"
 #include "comm/backends/nccl/rank_ordered.h"
 #include "comm/transport_process_group.h"
 #include "paratrain/base/error.h"
@@ -527,7 +526,9 @@ WorkPtr NcclProcessGroup::allreduce(void* buf, size_t count, DType dtype, Reduce
     const size_t bytes = count * dtype_size(dtype);
     return staged(buf, bytes, buf, bytes, [=, this](const void*, void* d) { return allreduce(d, count, dtype, op); });
   }
-  if (options_.deterministic && size_ > 1) return rank_ordered_allreduce(buf, count, dtype, op);
+  if (options_.deterministic && size_ > 1)
+    return rank_ordered({OpType::kAllreduce, dtype, count, -1, op, 0},
+                        algorithms::rank_ordered_allreduce_plan(size_, rank_, count), buf, buf);
   const ncclRedOp_t o = nccl_op(op);
   return collective({OpType::kAllreduce, dtype, count, -1, op, 0}, [=](ncclComm_t comm, cudaStream_t s) {
     return ncclAllReduce(buf, buf, count, nccl_type(dtype), o, comm, s);
@@ -540,7 +541,9 @@ WorkPtr NcclProcessGroup::reduce_scatter(const void* in, void* out, size_t count
     return staged(in, bytes * size_, out, bytes,
                   [=, this](const void* i, void* o) { return reduce_scatter(i, o, count, dtype, op); });
   }
-  if (options_.deterministic && size_ > 1) return rank_ordered_reduce_scatter(in, out, count, dtype, op);
+  if (options_.deterministic && size_ > 1)
+    return rank_ordered({OpType::kReduceScatter, dtype, count, -1, op, 0},
+                        algorithms::rank_ordered_reduce_scatter_plan(size_, rank_, count), in, out);
   const ncclRedOp_t o = nccl_op(op);
   return collective({OpType::kReduceScatter, dtype, count, -1, op, 0}, [=](ncclComm_t comm, cudaStream_t s) {
     return ncclReduceScatter(in, out, count, nccl_type(dtype), o, comm, s);
@@ -580,72 +583,39 @@ Tensor NcclProcessGroup::contribution_slots(size_t bytes) {
   return t;
 }
 
-WorkPtr NcclProcessGroup::rank_ordered_allreduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+WorkPtr NcclProcessGroup::rank_ordered(const Call& call, const algorithms::RankOrderedPlan& plan, const void* in,
+                                       void* out) {
+  using algorithms::PlanBuffer;
   const int n = size_, r = rank_;
+  const DType dtype = call.dtype;
+  const ReduceOp op = call.reduce_op;
   const size_t es = dtype_size(dtype);
-  const algorithms::Blocks chunks{count, static_cast<size_t>(n)};
-  const size_t stride = chunks.length(0), mine = chunks.length(r);
-  char* data = static_cast<char*>(buf);
-  char* own = data + chunks.offset(r) * es;
-  Tensor slots = contribution_slots(static_cast<size_t>(n) * stride * es);
-  char* slot = static_cast<char*>(slots.data_ptr());
-  P2pList scatter, gather;
-  for (int p = 0; p < n; ++p) {
-    if (p == r) continue;
-    scatter.sends.emplace_back(p, data + chunks.offset(p) * es, chunks.length(p));
-    scatter.recvs.emplace_back(p, slot + p * stride * es, mine);
-    gather.sends.emplace_back(p, own, mine);
-    gather.recvs.emplace_back(p, data + chunks.offset(p) * es, chunks.length(p));
+  Tensor slots = contribution_slots(plan.slot_elements * es);
+  char* const slot = static_cast<char*>(slots.data_ptr());
+  auto at = [&](PlanBuffer b, size_t offset) -> char* {
+    char* base = b == PlanBuffer::kSlots ? slot
+                 : b == PlanBuffer::kInput ? static_cast<char*>(const_cast<void*>(in))
+                                            : static_cast<char*>(out);
+    return base + offset * es;
+  };
+  std::vector<Launch> stages;
+  for (const algorithms::PlanStep& step : plan.steps) {
+    if (step.combines) {
+      const algorithms::Combine c = step.combine;
+      const char* own = at(PlanBuffer::kInput, c.own_offset);
+      char* dst = at(PlanBuffer::kOutput, c.out_offset);
+      stages.push_back([=](ncclComm_t, cudaStream_t s) {
+        reduce_in_rank_order(own, r, slot, c.slot_stride, n, dst, c.count, dtype, op, s);
+        return ncclSuccess;
+      });
+      continue;
+    }
+    P2pList list;
+    for (const auto& t : step.sends) list.sends.emplace_back(t.peer, at(t.buffer, t.offset), t.count);
+    for (const auto& t : step.recvs) list.recvs.emplace_back(t.peer, at(t.buffer, t.offset), t.count);
+    stages.push_back([=](ncclComm_t comm, cudaStream_t s) { return list.launch(dtype, comm, s); });
   }
-  return collective({OpType::kAllreduce, dtype, count, -1, op, 0},
-                    {[=](ncclComm_t comm, cudaStream_t s) { return scatter.launch(dtype, comm, s); },
-                     [=](ncclComm_t, cudaStream_t s) {
-                       reduce_in_rank_order(own, r, slot, stride, n, own, mine, dtype, op, s);
-                       return ncclSuccess;
-                     },
-                     [=](ncclComm_t comm, cudaStream_t s) { return gather.launch(dtype, comm, s); }});
-}
-
-WorkPtr NcclProcessGroup::rank_ordered_reduce_scatter(const void* in, void* out, size_t count, DType dtype,
-                                                      ReduceOp op) {
-  const int n = size_, r = rank_;
-  const size_t es = dtype_size(dtype);
-  const char* data = static_cast<const char*>(in);
-  Tensor slots = contribution_slots(static_cast<size_t>(n) * count * es);
-  char* slot = static_cast<char*>(slots.data_ptr());
-  P2pList scatter;
-  for (int p = 0; p < n; ++p) {
-    if (p == r) continue;
-    scatter.sends.emplace_back(p, data + p * count * es, count);
-    scatter.recvs.emplace_back(p, slot + p * count * es, count);
-  }
-  const char* own = data + r * count * es;
-  return collective({OpType::kReduceScatter, dtype, count, -1, op, 0},
-                    {[=](ncclComm_t comm, cudaStream_t s) { return scatter.launch(dtype, comm, s); },
-                     [=](ncclComm_t, cudaStream_t s) {
-                       reduce_in_rank_order(own, r, slot, count, n, out, count, dtype, op, s);
-                       return ncclSuccess;
-                     }});
-}
-
-WorkPtr NcclProcessGroup::rank_ordered_reduce(void* buf, size_t count, DType dtype, ReduceOp op, int root) {
-  const int n = size_, r = rank_;
-  const size_t es = dtype_size(dtype);
-  const Call call{OpType::kReduce, dtype, count, root, op, 0};
-  P2pList to_root;
-  if (r != root) {
-    to_root.sends.emplace_back(root, buf, count);
-    return collective(call, [=](ncclComm_t comm, cudaStream_t s) { return to_root.launch(dtype, comm, s); });
-  }
-  Tensor slots = contribution_slots(static_cast<size_t>(n) * count * es);
-  char* slot = static_cast<char*>(slots.data_ptr());
-  for (int p = 0; p < n; ++p)
-    if (p != r) to_root.recvs.emplace_back(p, slot + p * count * es, count);
-  return collective(call, {[=](ncclComm_t comm, cudaStream_t s) { return to_root.launch(dtype, comm, s); },
-                           [=](ncclComm_t, cudaStream_t s) {
-                             reduce_in_rank_order(buf, r, slot, count, n, buf, count, dtype, op, s);
-                             return ncclSuccess;
-                           }});
+  return collective(call, std::move(stages));
 }
 
 WorkPtr NcclProcessGroup::allgather(const void* in, void* out, size_t count, DType dtype) {
@@ -675,7 +645,9 @@ WorkPtr NcclProcessGroup::reduce(void* buf, size_t count, DType dtype, ReduceOp 
     return staged(buf, bytes, buf, bytes, [=, this](const void*, void* d) { return reduce(d, count, dtype, op, root); });
   }
   check_rank(root, "reduce: root");
-  if (options_.deterministic && size_ > 1) return rank_ordered_reduce(buf, count, dtype, op, root);
+  if (options_.deterministic && size_ > 1)
+    return rank_ordered({OpType::kReduce, dtype, count, root, op, 0},
+                        algorithms::rank_ordered_reduce_plan(size_, rank_, count, root), buf, buf);
   const ncclRedOp_t o = nccl_op(op);
   // recvbuff is only written on the root: the other ranks' buffers stay as they were.
   return collective({OpType::kReduce, dtype, count, root, op, 0}, [=](ncclComm_t comm, cudaStream_t s) {

@@ -32,8 +32,9 @@
 // reduce_scatter and reduce give every element the in-order result x_0 op x_1 op ... op
 // x_(n-1), in shm/tcp's accumulator (f32 for f32/bf16/f16) rounded once, so the same bits
 // as the shm/tcp rank-ordered algorithm (docs/algorithms.md) and the same on every run and
-// for every placement of the ranks. Each is enqueued on the comm stream as NCCL's own
-// grouped sends/recvs and one kernel (rank_ordered.h), with no host wait:
+// for every placement of the ranks. Each is the plan of comm/algorithms/rank_ordered_plan.h,
+// enqueued on the comm stream as NCCL's own grouped sends/recvs and one kernel
+// (rank_ordered.h), with no host wait:
 //  - allreduce: chunk c of the buffer (n balanced chunks, as shm/tcp) is owned by rank c;
 //    every rank sends chunk c to its owner (one ncclGroupStart/End), the owner combines the
 //    n contributions in rank order into its chunk, then every owner sends its chunk to every
@@ -95,6 +96,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/algorithms/rank_ordered_plan.h"
 #include "comm/deadline.h"
 #include "paratrain/comm/flight_recorder.h"
 #include "paratrain/comm/process_group.h"
@@ -194,10 +196,9 @@ class NcclProcessGroup : public ProcessGroup {
   // One call made of `stages`, enqueued one after another (each settled before the next).
   WorkPtr collective(const Call& call, std::vector<Launch> stages);
   WorkPtr collective(const Call& call, Launch launch) { return collective(call, std::vector<Launch>{std::move(launch)}); }
-  // The rank-ordered collectives (the top of this file); device buffers, size_ > 1.
-  WorkPtr rank_ordered_allreduce(void* buf, size_t count, DType dtype, ReduceOp op);
-  WorkPtr rank_ordered_reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op);
-  WorkPtr rank_ordered_reduce(void* buf, size_t count, DType dtype, ReduceOp op, int root);
+  // A rank-ordered collective (the top of this file): `plan`'s steps
+  // (comm/algorithms/rank_ordered_plan.h) over device buffers `in` and `out`; size_ > 1.
+  WorkPtr rank_ordered(const Call& call, const algorithms::RankOrderedPlan& plan, const void* in, void* out);
   // Device memory for `bytes` of received contributions, reusable once the comm stream is past them.
   Tensor contribution_slots(size_t bytes);
   WorkPtr point_to_point(const Call& call, void* buf);
