@@ -1,6 +1,7 @@
 // gpu_kernels_bench: paratrain's CUDA kernels on cuda:0, through the kernel dispatch as the
 // layers call them, for gpt2-124m's shapes (B=8, T=1024, C=768, NH=12, V=50257): every
-// GEMM of a block and the LM head in bf16 (A, B, C bf16; f32 accumulation) and f32, the
+// GEMM of a block and the LM head in bf16 (A, B, C bf16; f32 accumulation) and f32, c_fc with
+// its GELU fused and not, the
 // bf16 peak (8192^3), causal attention forward + backward (the tables' and the tiles'), LayerNorm and the fused
 // cross-entropy. Prints one JSON line per kernel:
 //   {"kernel": ..., "dtype": ..., "ms": ..., "tflops": ...}
@@ -108,6 +109,25 @@ int main(int argc, char** argv) {
                             iters, reps);
         report(std::string("gemm ") + g.name, dt, ms, 2.0 * g.M * g.N * g.K);
       }
+    }
+    // c_fc with its bias and the GELU after it, as the MLP runs it: one GEMM with cuBLASLt's
+    // GELU_AUX_BIAS epilogue (gemm_bias_gelu), beside the GEMM with the bias epilogue then the
+    // gelu kernel: whether the fusion pays on this GPU.
+    for (DType dt : {DType::BF16, DType::F32}) {
+      Tensor x = random_on_gpu({BT, C}, dt, 8), w = random_on_gpu({C, 4 * C}, dt, 9, 0.02f);
+      Tensor bias = random_on_gpu({4 * C}, dt, 10), pre = Tensor::empty({BT, 4 * C}, dt, kGpu, 0);
+      Tensor out = Tensor::empty({BT, 4 * C}, dt, kGpu, 0);
+      const double flops = 2.0 * BT * 4 * C * C;
+      auto fused = reg.gemm_bias_gelu.at(kGpu, dt);
+      report("c_fc+gelu fwd", dt, time_ms([&] {
+        fused(false, BT, 4 * C, C, x.data_ptr(), w.data_ptr(), bias.data_ptr(), pre.data_ptr(), out.data_ptr());
+      }, iters, reps), flops);
+      auto gemm_bias = reg.gemm_bias.at(kGpu, dt);
+      auto gelu = reg.gelu_forward.at(kGpu, dt);
+      report("c_fc+gelu fwd (unfused)", dt, time_ms([&] {
+        gemm_bias(false, BT, 4 * C, C, x.data_ptr(), w.data_ptr(), bias.data_ptr(), pre.data_ptr());
+        gelu(out.data_ptr(), pre.data_ptr(), BT * 4 * C);
+      }, iters, reps), flops);
     }
     for (DType dt : {DType::BF16, DType::F32}) {
       // Causal attention: 4*B*NH*T*T*hs flops forward (QK^T and PV, halved for the mask)

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """PyTorch's side of bench/gpu_kernels_bench.cpp: the same gpt2-124m shapes on cuda:0.
-GEMMs with torch.matmul (bf16 in, bf16 out, f32 accumulation; f32 with TF32 off), causal
+GEMMs with torch.matmul (bf16 in, bf16 out, f32 accumulation; f32 with TF32 off), c_fc and its
+tanh GELU (F.linear, F.gelu: eager, two kernels), causal
 attention with F.scaled_dot_product_attention (forward, and backward through autograd),
 LayerNorm. One JSON line per kernel: {"kernel", "dtype", "ms", "tflops"}; CUDA events
 around `iters` calls after 3 warm-up calls, median of 5 repetitions.
@@ -49,6 +50,12 @@ def main():
             b = torch.randn((N, K) if tb else (K, N), device="cuda", dtype=dt)
             opa, opb = (a.t() if ta else a), (b.t() if tb else b)
             report("gemm " + kname, name, time_ms(lambda: opa @ opb), 2.0 * M * N * K)
+    for dt, name in ((torch.bfloat16, "bf16"), (torch.float32, "f32")):
+        x = torch.randn(BT, C, device="cuda", dtype=dt)
+        w = torch.randn(4 * C, C, device="cuda", dtype=dt) * 0.02
+        bias = torch.randn(4 * C, device="cuda", dtype=dt)
+        report("c_fc+gelu fwd", name, time_ms(lambda: F.gelu(F.linear(x, w, bias), approximate="tanh")),
+               2.0 * BT * 4 * C * C)
     sdpa = getattr(F, "scaled_dot_product_attention", None)
     for dt, name in ((torch.bfloat16, "bf16"), (torch.float32, "f32")):
         if sdpa is None:

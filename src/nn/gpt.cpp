@@ -98,7 +98,7 @@ GPTMLP::GPTMLP(const GPTConfig& cfg, Generator& gen) {
   c_proj = register_module("c_proj", std::make_shared<Linear>(4 * C, C, true, WeightLayout::InOut, gen));
 }
 
-Tensor GPTMLP::forward(const Tensor& x) const { return c_proj->forward(act_.forward(c_fc->forward(x))); }
+Tensor GPTMLP::forward(const Tensor& x) const { return c_proj->forward(c_fc->forward_gelu(x)); }
 
 GPTBlock::GPTBlock(const GPTConfig& cfg, Generator& gen) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(cfg.n_embd));

@@ -1,6 +1,7 @@
 #include "paratrain/nn/layers.h"
 
 #include <cmath>
+#include <typeinfo>
 
 #include "paratrain/autograd/ops.h"
 
@@ -20,6 +21,13 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias, WeightLayout l, Generator
 
 Tensor Linear::forward(const Tensor& x) const {
   return ops::linear(x, weight, bias, layout == WeightLayout::InOut);
+}
+
+Tensor Linear::forward_gelu(const Tensor& x) const {
+  // A subclass's forward may do more than the GEMM (a row-parallel layer reduces): unless it
+  // overrides this too, it gets its own forward, then the GELU.
+  if (typeid(*this) != typeid(Linear) || !bias.defined()) return ops::gelu(forward(x));
+  return ops::linear_gelu(x, weight, bias, layout == WeightLayout::InOut);
 }
 
 Embedding::Embedding(int64_t num, int64_t dim, Generator& gen, float std) {

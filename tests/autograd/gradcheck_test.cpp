@@ -93,6 +93,10 @@ TEST(GradCheck, LinearAlgebra) {
             [](auto& in) { return ops::linear(in[0], in[1], in[2], true); });
   gradcheck("linear_torch", {randn({3, 5}, 1), randn({4, 5}, 2), randn({4}, 3)},
             [](auto& in) { return ops::linear(in[0], in[1], in[2], false); });
+  gradcheck("linear_gelu_conv1d", {randn({2, 3, 5}, 1), randn({5, 4}, 2), randn({4}, 3)},
+            [](auto& in) { return ops::linear_gelu(in[0], in[1], in[2], true); }, 1e-3);
+  gradcheck("linear_gelu_torch", {randn({3, 5}, 1), randn({4, 5}, 2), randn({4}, 3)},
+            [](auto& in) { return ops::linear_gelu(in[0], in[1], in[2], false); }, 1e-3);
 }
 
 TEST(GradCheck, NormAndSoftmax) {

@@ -488,6 +488,44 @@ TEST(CudaBasicKernels, GemmBias) {
         }
 }
 
+// gemm_bias_gelu (cuBLASLt's GELU_AUX_BIAS epilogue) against the CPU's gemm_bias + gelu_forward:
+// pre and out, both layouts, N a multiple of 8 (the epilogue) and not (the unfused kernels),
+// K == 0 (pre = bias), and a bias or a pre that is not 16-byte aligned (unfused). The epilogue
+// computes gelu from the f32 accumulator where the CPU computes it from the rounded pre, and
+// its GELU is cuBLASLt's: within the GELU kernels' tolerance in f32, one half ulp more in the
+// half types.
+TEST(CudaBasicKernels, GemmBiasGelu) {
+  PT_REQUIRE_GPU();
+  const int64_t dims[][3] = {{1, 8, 1}, {17, 40, 65}, {64, 48, 512}, {256, 3072, 768}, {130, 7, 300}, {9, 16, 0}};
+  for (DType t : kFloatTypes)
+    for (auto& d : dims)
+      for (bool tb : {false, true})
+        for (int misaligned = 0; misaligned < 3; ++misaligned) {  // none, the bias, pre
+          const int64_t M = d[0], N = d[1], K = d[2], es = static_cast<int64_t>(dtype_size(t));
+          const Bytes A = random_array(t, std::max<int64_t>(M * K, 1), 71, -1, 1);
+          const Bytes B = random_array(t, std::max<int64_t>(K * N, 1), 72, -1, 1);
+          const Bytes bias = random_array(t, N + 1, 73, -1, 1);
+          const size_t bytes = static_cast<size_t>(M * N * es);
+          Bytes want_pre(bytes), want_out(bytes);
+          const int64_t bias_offset = misaligned == 1, pre_offset = misaligned == 2;
+          R().gemm_bias_gelu.at(kCpu, t)(tb, M, N, K, A.data(), B.data(), bias.data() + bias_offset * es,
+                                         want_pre.data(), want_out.data());
+          DevBuf dA(A), dB(B), dbias(bias), dpre(bytes + 16), dout(bytes);
+          uint8_t* pre = static_cast<uint8_t*>(dpre.p) + pre_offset * es;
+          R().gemm_bias_gelu.at(kGpu, t)(tb, M, N, K, dA.p, dB.p, static_cast<const uint8_t*>(dbias.p) + bias_offset * es,
+                                         pre, dout.p);
+          Bytes got_pre(bytes);
+          PT_CUDA_CHECK(cudaDeviceSynchronize());  // the kernels ran on the compute stream
+          PT_CUDA_CHECK(cudaMemcpy(got_pre.data(), pre, bytes, cudaMemcpyDeviceToHost));
+          const Tol tol = t == DType::F32 ? Tol{1e-4, 1e-4} : Tol{1.5e-2, 1.5e-2};
+          const std::string what = "gemm_bias_gelu tb=" + std::to_string(tb) + " M=" + std::to_string(M) +
+                                   " N=" + std::to_string(N) + " K=" + std::to_string(K) + " misaligned " +
+                                   std::to_string(misaligned);
+          expect_close(t, got_pre, want_pre, tol, what + " pre");
+          expect_close(t, dout.get<uint8_t>(), want_out, tol, what + " out");
+        }
+}
+
 TEST(CudaBasicKernels, GemmThroughTheRegistry) {
   PT_REQUIRE_GPU();
   ASSERT_TRUE(registry().gemm.has(Device::CUDA, DType::F32));

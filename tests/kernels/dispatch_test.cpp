@@ -97,6 +97,36 @@ TEST(KernelDispatch, HalfCrossEntropyIsTheF32KernelOnWidenedLogits) {
 
 // The CPU's gemm_bias is its gemm, then its bias_add, bit for bit, in f32 and the half types
 // (linear layers call it; the CUDA one is the bias epilogue: tests/gpu/basic_kernels_test).
+TEST(KernelDispatch, CpuGemmBiasGeluIsTheGemmBiasThenTheGelu) {
+  const Registry& r = kernels::registry();
+  const int64_t M = 6, N = 8, K = 11;
+  std::vector<float> A(M * K), B(K * N), bias(N);
+  for (size_t i = 0; i < A.size(); ++i) A[i] = std::sin(0.37f * static_cast<float>(i));
+  for (size_t i = 0; i < B.size(); ++i) B[i] = std::cos(0.71f * static_cast<float>(i));
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.5f * static_cast<float>(i) - 2.0f;
+  for (DType t : {DType::F32, DType::BF16, DType::F16})
+    for (bool trans_b : {false, true}) {
+      const Tensor a = Tensor::from_vector(A, {M, K}).to(t), b = Tensor::from_vector(B, {K, N}).to(t),
+                   c = Tensor::from_vector(bias, {N}).to(t);
+      Tensor pre = Tensor::empty({M, N}, t), out = Tensor::empty({M, N}, t), two_pre = Tensor::empty({M, N}, t),
+             two_out = Tensor::empty({M, N}, t);
+      r.gemm_bias_gelu.at(Device::CPU, t)(trans_b, M, N, K, a.data_ptr(), b.data_ptr(), c.data_ptr(), pre.data_ptr(),
+                                          out.data_ptr());
+      r.gemm_bias.at(Device::CPU, t)(trans_b, M, N, K, a.data_ptr(), b.data_ptr(), c.data_ptr(), two_pre.data_ptr());
+      r.gelu_forward.at(Device::CPU, t)(two_out.data_ptr(), two_pre.data_ptr(), M * N);
+      const std::vector<float> p = pre.to(DType::F32).to_vector(), o = out.to(DType::F32).to_vector(),
+                               wp = two_pre.to(DType::F32).to_vector(), wo = two_out.to(DType::F32).to_vector();
+      for (size_t i = 0; i < p.size(); ++i) {
+        ASSERT_EQ(p[i], wp[i]) << dtype_name(t) << " trans_b " << trans_b << " pre " << i;
+        ASSERT_EQ(o[i], wo[i]) << dtype_name(t) << " trans_b " << trans_b << " out " << i;
+      }
+      // the GELU is applied: out = pre * Phi(pre) (tanh form), not pre
+      const double x = p[1], want = 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+      if (t == DType::F32) EXPECT_NEAR(o[1], want, 1e-5) << "trans_b " << trans_b;
+      EXPECT_NE(o[1], p[1]);
+    }
+}
+
 TEST(KernelDispatch, CpuGemmBiasIsTheGemmThenTheBiasAdd) {
   const Registry& r = kernels::registry();
   const int64_t M = 5, N = 7, K = 9;

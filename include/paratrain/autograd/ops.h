@@ -55,6 +55,10 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 // x (..., in) -> (..., out). weight is (in, out) when in_out_layout (Hugging Face Conv1D, GPT)
 // and (out, in) otherwise (torch.nn.Linear). bias (out) may be undefined.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, bool in_out_layout);
+// gelu(linear(x, weight, bias)) (tanh form), the bias required: the same values as the two
+// ops (bit for bit on the CPU), in one kernel where the device fuses the GELU into the GEMM
+// (CUDA: cuBLASLt's GELU_AUX_BIAS epilogue); saves the pre-activation for the backward.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, bool in_out_layout);
 // x (..., N) + bias (N) on every row: the bias step of linear on its own (a row-parallel
 // layer adds its bias after the reduction). Same arithmetic as linear's bias epilogue.
 Tensor add_bias(const Tensor& x, const Tensor& bias);

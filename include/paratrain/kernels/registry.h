@@ -32,6 +32,14 @@ struct Registry {
   KernelTable<void(bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, const void* B, const void* bias,
                    void* out)>
       gemm_bias{"gemm_bias"};
+  // A linear layer with its bias and the tanh GELU after it (a GPT MLP's c_fc):
+  // pre (M,N) = A op(B) + bias as gemm_bias, out (M,N) = gelu(pre); pre is what the GELU's
+  // backward needs. The CPU's is its gemm_bias, then its gelu_forward (the bits of the two);
+  // CUDA's is one cuBLASLt GEMM with the GELU_AUX_BIAS epilogue (pre and out both written from
+  // the f32 accumulator, each rounded once), where the shape allows it (N % 8 == 0).
+  KernelTable<void(bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, const void* B, const void* bias,
+                   void* pre, void* out)>
+      gemm_bias_gelu{"gemm_bias_gelu"};
   // elementwise.h
   PT_KERNEL_TABLE(fill);
   PT_KERNEL_TABLE(copy);

@@ -77,10 +77,7 @@ class GPTMLP : public Module {
  public:
   GPTMLP(const GPTConfig& cfg, Generator& gen);
   Tensor forward(const Tensor& x) const;
-  std::shared_ptr<Linear> c_fc, c_proj;
-
- private:
-  GELU act_;
+  std::shared_ptr<Linear> c_fc, c_proj;  // forward: c_proj(gelu(c_fc(x))), the gelu fused into c_fc
 };
 
 class GPTBlock : public Module {

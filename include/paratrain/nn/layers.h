@@ -28,6 +28,10 @@ class Linear : public Module {
   // Initialised as torch.nn.Linear: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
   Linear(int64_t in, int64_t out, bool bias, WeightLayout layout, Generator& gen);
   virtual Tensor forward(const Tensor& x) const;
+  // gelu(forward(x)) (tanh form); for a Linear with a bias one op (ops::linear_gelu: one kernel
+  // where the device fuses the GELU into the GEMM). A subclass gets gelu(its forward(x)) unless
+  // it overrides this as well (a column-parallel layer does, fused).
+  virtual Tensor forward_gelu(const Tensor& x) const;
   Tensor weight, bias;
   WeightLayout layout = WeightLayout::InOut;
 

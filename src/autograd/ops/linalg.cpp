@@ -44,49 +44,92 @@ void backward_gemm(GemmFn gemm, void* da, void* db, const void* dout, const void
 
 void* ptr_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
-Tensor linear_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool in_out_layout) {
-  Tensor x = float_contiguous(x_in, "linear", "input");
-  Tensor w = float_contiguous(w_in, "linear", "weight");
-  expect_same_dtype("linear", {{"input", &x_in}, {"weight", &w_in}, {"bias", &b_in}});
-  expect_same_device("linear", {{"input", &x_in}, {"weight", &w_in}, {"bias", &b_in}});
-  if (w.dim() != 2 || x.dim() < 1) PT_THROW(InputError, "linear: weight must be 2-D, got ", shape_str(w.shape()));
-  const bool trans_b = !in_out_layout;
-  const int64_t K = x.size(-1);
-  const int64_t in_dim = in_out_layout ? w.size(0) : w.size(1);
-  const int64_t N = in_out_layout ? w.size(1) : w.size(0);
-  if (in_dim != K)
-    PT_THROW(InputError, "linear: input ", shape_str(x.shape()), " does not fit weight ", shape_str(w.shape()));
-  const int64_t M = x.numel() / std::max<int64_t>(K, 1);
-  Tensor b;
+// A linear layer's operands, checked: contiguous, one dtype and device; out = x op(w) + b
+// with x (M,K) and out (M,N).
+struct LinearOperands {
+  Tensor x, w, b;  // b undefined without a bias
+  int64_t M, N, K;
+  bool trans_b;
+  Shape out_shape;
+};
+
+LinearOperands linear_operands(const char* name, const Tensor& x_in, const Tensor& w_in, const Tensor& b_in,
+                               bool in_out_layout) {
+  LinearOperands o;
+  o.x = float_contiguous(x_in, name, "input");
+  o.w = float_contiguous(w_in, name, "weight");
+  expect_same_dtype(name, {{"input", &x_in}, {"weight", &w_in}, {"bias", &b_in}});
+  expect_same_device(name, {{"input", &x_in}, {"weight", &w_in}, {"bias", &b_in}});
+  if (o.w.dim() != 2 || o.x.dim() < 1) PT_THROW(InputError, name, ": weight must be 2-D, got ", shape_str(o.w.shape()));
+  o.trans_b = !in_out_layout;
+  o.K = o.x.size(-1);
+  const int64_t in_dim = in_out_layout ? o.w.size(0) : o.w.size(1);
+  o.N = in_out_layout ? o.w.size(1) : o.w.size(0);
+  if (in_dim != o.K)
+    PT_THROW(InputError, name, ": input ", shape_str(o.x.shape()), " does not fit weight ", shape_str(o.w.shape()));
+  o.M = o.x.numel() / std::max<int64_t>(o.K, 1);
   if (b_in.defined()) {
-    b = float_contiguous(b_in, "linear", "bias");
-    if (b.numel() != N) PT_THROW(InputError, "linear: bias ", shape_str(b.shape()), " for ", N, " outputs");
+    o.b = float_contiguous(b_in, name, "bias");
+    if (o.b.numel() != o.N) PT_THROW(InputError, name, ": bias ", shape_str(o.b.shape()), " for ", o.N, " outputs");
   }
-  Tensor out = x.new_empty(with_last(x.shape(), N));
-  if (b.defined())  // one kernel where the device fuses the bias into the GEMM's epilogue
-    kernel(&Registry::gemm_bias, x)(trans_b, M, N, K, x.data_ptr(), w.data_ptr(), b.data_ptr(), out.data_ptr());
+  o.out_shape = with_last(o.x.shape(), o.N);
+  return o;
+}
+
+// The gradients {dx, dw, db} of out = x op(w) + b from dout (M,N), those `node` needs.
+std::vector<Tensor> linear_gradients(const autograd::Node& node, const Tensor& sx, const Tensor& sw, bool has_bias,
+                                     const LinearOperands& o, const Tensor& dout) {
+  Tensor dx, dw, db;
+  if (node.needs_input_grad(0)) dx = sx.new_empty(sx.shape());
+  if (node.needs_input_grad(1)) dw = sw.new_empty(sw.shape());
+  backward_gemm(kernel(&Registry::gemm, dout), ptr_or_null(dx), ptr_or_null(dw), dout.data_ptr(), sx.data_ptr(),
+                sw.data_ptr(), o.M, o.N, o.K, o.trans_b);
+  if (has_bias && node.needs_input_grad(2)) {
+    db = dout.new_zeros({o.N});
+    kernel(&Registry::bias_backward, dout)(db.data_ptr(), dout.data_ptr(), o.M, o.N);
+  }
+  return {dx, dw, db};
+}
+
+// The shape-only part of the operands, for a backward closure (it keeps no tensor alive).
+LinearOperands sizes_of(const LinearOperands& o) { return {Tensor(), Tensor(), Tensor(), o.M, o.N, o.K, o.trans_b, {}}; }
+
+Tensor linear_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool in_out_layout) {
+  const LinearOperands o = linear_operands("linear", x_in, w_in, b_in, in_out_layout);
+  Tensor out = o.x.new_empty(o.out_shape);
+  if (o.b.defined())  // one kernel where the device fuses the bias into the GEMM's epilogue
+    kernel(&Registry::gemm_bias, o.x)(o.trans_b, o.M, o.N, o.K, o.x.data_ptr(), o.w.data_ptr(), o.b.data_ptr(),
+                                      out.data_ptr());
   else
-    forward_gemm(kernel(&Registry::gemm, x), out.data_ptr(), x.data_ptr(), w.data_ptr(), M, N, K, trans_b);
-  if (autograd::any_requires_grad({&x_in, &w_in, &b_in})) {
-    Tensor sx = x.detach(), sw = w.detach();
-    bool has_bias = b.defined();
-    auto node = std::make_shared<autograd::LambdaNode>("linear", nullptr);
-    autograd::record(node, {&x_in, &w_in, &b_in}, {&out});
-    autograd::Node* raw = node.get();
-    node->set_fn([sx, sw, has_bias, M, N, K, trans_b, raw](std::vector<Tensor>& g) {
-      Tensor dout = g[0].contiguous();
-      Tensor dx, dw, db;
-      if (raw->needs_input_grad(0)) dx = sx.new_empty(sx.shape());
-      if (raw->needs_input_grad(1)) dw = sw.new_empty(sw.shape());
-      backward_gemm(kernel(&Registry::gemm, dout), ptr_or_null(dx), ptr_or_null(dw), dout.data_ptr(), sx.data_ptr(),
-                    sw.data_ptr(), M, N, K, trans_b);
-      if (has_bias && raw->needs_input_grad(2)) {
-        db = dout.new_zeros({N});
-        kernel(&Registry::bias_backward, dout)(db.data_ptr(), dout.data_ptr(), M, N);
-      }
-      return std::vector<Tensor>{dx, dw, db};
-    });
-  }
+    forward_gemm(kernel(&Registry::gemm, o.x), out.data_ptr(), o.x.data_ptr(), o.w.data_ptr(), o.M, o.N, o.K,
+                 o.trans_b);
+  if (autograd::any_requires_grad({&x_in, &w_in, &b_in}))
+    record_with_node("linear", {&x_in, &w_in, &b_in}, {&out},
+                     [sx = o.x.detach(), sw = o.w.detach(), has_bias = o.b.defined(), s = sizes_of(o)](
+                         autograd::Node& node, std::vector<Tensor>& g) {
+                       return linear_gradients(node, sx, sw, has_bias, s, g[0].contiguous());
+                     });
+  return out;
+}
+
+// gelu(x op(w) + b) in one kernel where the device fuses the GELU into the GEMM's epilogue;
+// the backward is gelu's (on the saved pre-activation), then linear's.
+Tensor linear_gelu_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, bool in_out_layout) {
+  const LinearOperands o = linear_operands("linear_gelu", x_in, w_in, b_in, in_out_layout);
+  if (!o.b.defined()) PT_THROW(InputError, "linear_gelu: the bias is required (use gelu(linear(x, w, {})) without)");
+  Tensor pre = o.x.new_empty(o.out_shape), out = o.x.new_empty(o.out_shape);
+  kernel(&Registry::gemm_bias_gelu, o.x)(o.trans_b, o.M, o.N, o.K, o.x.data_ptr(), o.w.data_ptr(), o.b.data_ptr(),
+                                         pre.data_ptr(), out.data_ptr());
+  if (autograd::any_requires_grad({&x_in, &w_in, &b_in}))
+    record_with_node("linear_gelu", {&x_in, &w_in, &b_in}, {&out},
+                     [sx = o.x.detach(), sw = o.w.detach(), pre = pre.detach(), s = sizes_of(o)](
+                         autograd::Node& node, std::vector<Tensor>& g) {
+                       const Tensor dout = g[0].contiguous();
+                       Tensor dpre = dout.new_zeros(dout.shape());
+                       kernel(&Registry::gelu_backward, dout)(dpre.data_ptr(), dout.data_ptr(), pre.data_ptr(),
+                                                             dout.numel());
+                       return linear_gradients(node, sx, sw, true, s, dpre);
+                     });
   return out;
 }
 }  // namespace
@@ -95,6 +138,12 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool in_out_lay
   autograd::profiler::OpScope op_scope("linear", false);
   return linear_impl(autocast_input("linear", x), autocast_input("linear", w), autocast_input("linear", b),
                      in_out_layout);
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool in_out_layout) {
+  autograd::profiler::OpScope op_scope("linear_gelu", false);
+  return linear_gelu_impl(autocast_input("linear", x), autocast_input("linear", w), autocast_input("linear", b),
+                          in_out_layout);
 }
 
 Tensor add_bias(const Tensor& x_raw, const Tensor& b_raw) {

@@ -21,6 +21,14 @@ void gemm_then_bias_add(bool trans_b, int64_t M, int64_t N, int64_t K, const voi
   r.gemm.at(Device::CPU, T)(false, trans_b, M, N, K, 1.0f, A, K, B, trans_b ? K : N, 0.0f, out, N);
   r.bias_add.at(Device::CPU, T)(out, bias, M, N);
 }
+// gemm_bias_gelu on the CPU: its gemm_bias, then its gelu_forward (registry.h).
+template <DType T>
+void gemm_bias_then_gelu(bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, const void* B,
+                         const void* bias, void* pre, void* out) {
+  const Registry& r = registry();
+  r.gemm_bias.at(Device::CPU, T)(trans_b, M, N, K, A, B, bias, pre);
+  r.gelu_forward.at(Device::CPU, T)(out, pre, M * N);
+}
 }  // namespace
 
 void register_kernels(Registry& r) {
@@ -135,6 +143,9 @@ void register_kernels(Registry& r) {
   r.gemm_bias.set(C, F, &gemm_then_bias_add<DType::F32>);
   r.gemm_bias.set(C, DType::BF16, &gemm_then_bias_add<DType::BF16>);
   r.gemm_bias.set(C, DType::F16, &gemm_then_bias_add<DType::F16>);
+  r.gemm_bias_gelu.set(C, F, &gemm_bias_then_gelu<DType::F32>);
+  r.gemm_bias_gelu.set(C, DType::BF16, &gemm_bias_then_gelu<DType::BF16>);
+  r.gemm_bias_gelu.set(C, DType::F16, &gemm_bias_then_gelu<DType::F16>);
   register_reduce_into(r);
 }
 

@@ -41,6 +41,10 @@ void gemm_batched_to_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
 template <DType T>
 void gemm_bias(bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, const void* B, const void* bias,
                void* out);
+// pre = A op(B) + bias, out = gelu(pre) (registry.h gemm_bias_gelu): the GELU_AUX_BIAS epilogue.
+template <DType T>
+void gemm_bias_gelu(bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, const void* B, const void* bias,
+                    void* pre, void* out);
 
 // ---- elementwise.cu: T = F32, BF16, F16 ----
 template <DType T> void fill(void* out, float value, int64_t n);

@@ -22,6 +22,12 @@
 //    attribute, so it is set and the GEMM enqueued under the cache's mutex. A bias not 16-byte
 //    aligned, or a shape the heuristic has no epilogue algorithm for, runs as gemm then the
 //    bias_add kernel (the same sum, rounded twice in bf16/f16) -- the plan records which.
+//  - gemm_bias_gelu: CUBLASLT_EPILOGUE_GELU_AUX_BIAS (cuBLASLt's GELU is the tanh form GPT-2
+//    uses): D = gelu(acc + bias), the aux matrix (leading dimension N, in the output's type) =
+//    acc + bias, both from the f32 accumulator. The aux ld must be a multiple of 8, so N % 8
+//    != 0, a bias or aux not 16-byte aligned, or no epilogue algorithm runs as gemm_bias then
+//    the gelu_forward kernel. The heuristic reads the aux pointer's alignment, so the plan is
+//    made with it set and its key carries that alignment.
 // Everything runs on the compute stream; the workspace is used by one GEMM at a time because
 // every GEMM of the device is on that one stream.
 #include <cublasLt.h>
@@ -56,6 +62,8 @@ struct Key {
   int64_t M, N, K, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
   uint32_t align_a, align_b, align_c;
   bool bias = false;  // the bias epilogue (gemm_bias)
+  bool gelu = false;  // with the GELU_AUX_BIAS epilogue (gemm_bias_gelu); bias is then true
+  uint32_t align_aux = 0;  // the aux (pre-GELU) matrix's alignment, for gelu
   DType c_dtype = DType::F32;  // C's (and D's) type: dtype, or f32 for gemm_batched_to_f32
   bool operator==(const Key&) const = default;
 };
@@ -64,6 +72,7 @@ struct KeyHash {
     size_t h = static_cast<size_t>(k.dtype) * 4 + static_cast<size_t>(k.ta) * 2 + static_cast<size_t>(k.tb);
     for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc, k.batch, k.stride_a, k.stride_b, k.stride_c,
                       int64_t{k.align_a}, int64_t{k.align_b}, int64_t{k.align_c}, int64_t{k.bias},
+                      int64_t{k.gelu}, int64_t{k.align_aux},
                       static_cast<int64_t>(k.c_dtype)})
       h = h * 0x9e3779b97f4a7c15ull + static_cast<size_t>(v);
     return h;
@@ -74,7 +83,7 @@ struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (our B), B (our A), C = D
   cublasLtMatmulAlgo_t algo{};
-  bool fused = true;  // a bias plan whose epilogue has an algorithm (else gemm, then bias_add)
+  bool fused = true;  // an epilogue plan that has an algorithm (else the unfused kernels)
 };
 
 // Per device; lives as long as the process (launch.h per_device).
@@ -124,7 +133,9 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
   return l;
 }
 
-Plan make_plan(cublasLtHandle_t handle, const Key& k) {
+// `aux`: for a gelu plan, the pre-GELU matrix it will write first (its alignment matters to
+// the heuristic).
+Plan make_plan(cublasLtHandle_t handle, const Key& k, void* aux) {
   const cudaDataType_t type = cuda_type(k.dtype);
   Plan p;
   PT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -133,9 +144,17 @@ Plan make_plan(cublasLtHandle_t handle, const Key& k) {
   PT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   if (k.bias) {
     // Our C^T is cuBLASLt's D (N rows, M columns): its per-row bias is our per-column one.
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const cublasLtEpilogue_t epilogue = k.gelu ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
     PT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
     PT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof(type)));
+  }
+  if (k.gelu) {  // the aux matrix: like D, column-major (N, M) with leading dimension N
+    const int64_t aux_ld = k.N;
+    const int32_t aux_type = static_cast<int32_t>(type);
+    PT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+    PT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof(aux_type)));
+    PT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
   }
   // Our B, stored row-major (K,N) or (N,K) when trans_b: column-major (N,K) or (K,N).
   p.a = make_layout(type, k.tb ? k.K : k.N, k.tb ? k.N : k.K, k.ldb, k.batch, k.stride_b);
@@ -162,8 +181,8 @@ Plan make_plan(cublasLtHandle_t handle, const Key& k) {
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (k.bias && (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0))) {
-    p.fused = false;  // gemm, then bias_add
+  if ((k.bias || k.gelu) && (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0))) {
+    p.fused = false;  // the unfused kernels
     return p;
   }
   if (st != CUBLAS_STATUS_SUCCESS) throw_cublas(st, "cublasLtMatmulAlgoGetHeuristic");
@@ -186,9 +205,9 @@ void check_args(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, 
 }
 
 // The plan of a GEMM (made on first use); the caller holds st.mu.
-const Plan& plan_for(LtState& st, const Key& key) {
+const Plan& plan_for(LtState& st, const Key& key, void* aux = nullptr) {
   auto it = st.plans.find(key);
-  if (it == st.plans.end()) it = st.plans.emplace(key, make_plan(st.handle, key)).first;
+  if (it == st.plans.end()) it = st.plans.emplace(key, make_plan(st.handle, key, aux)).first;
   return it->second;
 }
 
@@ -212,22 +231,29 @@ void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const v
                                  &plan->algo, st.workspace, kWorkspaceBytes, detail::stream()));
 }
 
-// out = A op(B) + bias through the bias epilogue; false (nothing run) where the plan has no
-// fused algorithm or the bias is not 16-byte aligned.
+// out = A op(B) + bias through the bias epilogue, or with `pre` (gelu) out = gelu(pre), pre =
+// A op(B) + bias through GELU_AUX_BIAS; false (nothing run) where the plan has no fused
+// algorithm or a pointer the epilogue reads or writes is not 16-byte aligned (or N % 8 != 0).
 template <DType T>
-bool run_with_bias(bool tb, int64_t M, int64_t N, int64_t K, const void* A, const void* B, const void* bias,
-                   void* out) {
+bool run_with_epilogue(bool tb, int64_t M, int64_t N, int64_t K, const void* A, const void* B, const void* bias,
+                       void* pre, void* out) {
+  const bool gelu = pre != nullptr;
   if (reinterpret_cast<uintptr_t>(bias) % 16 != 0) return false;
+  if (gelu && (N % 8 != 0 || reinterpret_cast<uintptr_t>(pre) % 16 != 0)) return false;
   LtState& st = detail::per_device<LtState>();
   const int64_t ldb = tb ? K : N;
   Key key{T, false, tb, M, N, K, K, ldb, N, 1, 0, 0, 0, alignment(A, 0), alignment(B, 0), alignment(out, 0)};
   key.bias = true;
+  key.gelu = gelu;
+  key.align_aux = gelu ? alignment(pre, 0) : 0;
   key.c_dtype = T;
   const float alpha = 1.0f, beta = 0.0f;
-  std::lock_guard<std::mutex> lock(st.mu);  // the bias pointer lives in the shared descriptor
-  const Plan& plan = plan_for(st, key);
+  std::lock_guard<std::mutex> lock(st.mu);  // the epilogue's pointers live in the shared descriptor
+  const Plan& plan = plan_for(st, key, pre);
   if (!plan.fused) return false;
   PT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  if (gelu)
+    PT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof(pre)));
   PT_CUBLAS_CHECK(cublasLtMatmul(st.handle, plan.op, &alpha, B, plan.a, A, plan.b, &beta, out, plan.c, out, plan.c,
                                  &plan.algo, st.workspace, kWorkspaceBytes, detail::stream()));
   return true;
@@ -288,9 +314,19 @@ void gemm_bias(bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, con
                void* out) {
   check_args(false, trans_b, M, N, K, K, trans_b ? K : N, N, "gemm_bias");
   if (M == 0 || N == 0) return;
-  if (K > 0 && run_with_bias<T>(trans_b, M, N, K, A, B, bias, out)) return;
+  if (K > 0 && run_with_epilogue<T>(trans_b, M, N, K, A, B, bias, nullptr, out)) return;
   gemm<T>(false, trans_b, M, N, K, 1.0f, A, K, B, trans_b ? K : N, 0.0f, out, N);
   bias_add<T>(out, bias, M, N);
+}
+
+template <DType T>
+void gemm_bias_gelu(bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, const void* B, const void* bias,
+                    void* pre, void* out) {
+  check_args(false, trans_b, M, N, K, K, trans_b ? K : N, N, "gemm_bias_gelu");
+  if (M == 0 || N == 0) return;
+  if (K > 0 && run_with_epilogue<T>(trans_b, M, N, K, A, B, bias, pre, out)) return;
+  gemm_bias<T>(trans_b, M, N, K, A, B, bias, pre);
+  gelu_forward<T>(out, pre, M * N);
 }
 
 #define PT_INST(T)                                                                                                 \
@@ -298,7 +334,9 @@ void gemm_bias(bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, con
                         float, void*, int64_t);                                                                    \
   template void gemm_batched<T>(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, const void*,  \
                                 int64_t, float, void*, int64_t, int64_t, int64_t, int64_t, int64_t);             \
-  template void gemm_bias<T>(bool, int64_t, int64_t, int64_t, const void*, const void*, const void*, void*);
+  template void gemm_bias<T>(bool, int64_t, int64_t, int64_t, const void*, const void*, const void*, void*);      \
+  template void gemm_bias_gelu<T>(bool, int64_t, int64_t, int64_t, const void*, const void*, const void*, void*, \
+                                  void*);
 PT_INST(DType::F32)
 PT_INST(DType::BF16)
 PT_INST(DType::F16)

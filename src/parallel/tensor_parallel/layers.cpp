@@ -75,6 +75,12 @@ Tensor ColumnParallelLinear::forward(const Tensor& x) const {
   return ops::linear(in, weight, bias, /*in_out_layout=*/true);
 }
 
+Tensor ColumnParallelLinear::forward_gelu(const Tensor& x) const {
+  if (!bias.defined()) return ops::gelu(forward(x));
+  const Tensor in = sp_ ? gather_sequence(x, tp_) : copy_to_tp(x, tp_);
+  return ops::linear_gelu(in, weight, bias, /*in_out_layout=*/true);
+}
+
 RowParallelLinear::RowParallelLinear(const nn::Linear& whole, std::shared_ptr<TpGroup> tp, bool sequence_parallel)
     : tp_(std::move(tp)), sp_(sequence_parallel) {
   if (whole.layout != nn::WeightLayout::InOut)

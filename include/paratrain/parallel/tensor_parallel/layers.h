@@ -41,6 +41,7 @@ class ColumnParallelLinear final : public nn::Linear {
   // `whole` must use the (in, out) layout; its parameters are copied, sliced.
   ColumnParallelLinear(const nn::Linear& whole, int blocks, std::shared_ptr<TpGroup> tp, bool sequence_parallel);
   Tensor forward(const Tensor& x) const override;
+  Tensor forward_gelu(const Tensor& x) const override;  // the GELU on this rank's columns, fused
   checkpoint::TensorCut weight_cut() const { return {1, blocks_, 0}; }
   checkpoint::TensorCut bias_cut() const { return {0, blocks_, 0}; }
 
