@@ -8,7 +8,8 @@
 #      gpt2-124m shapes (torch_gpu_kernels.py) and prints the ratios;
 #   4. trains gpt-mini and gpt2-124m in bf16 on one GPU, and with DDP on all GPUs, with
 #      `paratrain train --device cuda` beside PyTorch (torch_gpu_train.py: SDPA, autocast,
-#      fused AdamW) on the same GPU: tokens/s, MFU and peak memory.
+#      fused AdamW) on the same GPU: tokens/s, MFU and peak memory; then a summary table with
+#      paratrain's tokens/s over PyTorch's and DDP's scaling (N GPUs over N times one).
 # Exits 1 when a test fails or a step that should work does not; prints what it skipped.
 #
 # Usage: bash bench/gpu_check.sh [BUILD_DIR]     (STEPS=200 MB_MINI=32 MB_124M=8 to change)
@@ -70,11 +71,12 @@ train_paratrain() {  # MODEL MB NPROC -> JSON line of the last step's metrics, o
     cmd=("$BIN" launch --nproc-per-node "$np" -- "${cmd[@]}")
   fi
   if timeout 300 "${cmd[@]}" > "$log" 2>&1 && [ -s "$out" ]; then
-    "$PY" - "$out" <<'PY'
+    "$PY" - "$out" "$model" "$np" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"eval"' not in l]
 steady = rows[len(rows) // 4:]
-print(json.dumps({"impl": "paratrain", "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in steady), 1),
+print(json.dumps({"impl": "paratrain", "model": sys.argv[2], "gpus": int(sys.argv[3]),
+                  "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in steady), 1),
                   "mfu": round(statistics.median(r.get("mfu", 0) for r in steady), 4),
                   "peak_mem_bytes": max(max(r.get("mem_peak_bytes", [0])) for r in rows), "loss": rows[-1]["loss"]}))
 PY
@@ -98,15 +100,43 @@ fi
 say "training: paratrain vs PyTorch, bf16, $STEPS steps"
 source "$ROOT/bench/lib.sh"
 TOKENS=$(bench_token_file "$BUILD")
+SUMMARY=$BUILD/train_summary.jsonl
+: > "$SUMMARY"
 for spec in "gpt-mini $MB_MINI" "gpt2-124m $MB_124M"; do
   set -- $spec
   for np in 1 $([ "$NGPU" -gt 1 ] && echo "$NGPU"); do
     echo "-- $1, micro-batch $2, $np GPU(s)"
-    train_paratrain "$1" "$2" "$np" || status=1
-    "$PY" "$ROOT/bench/torch_gpu_train.py" --model "$1" --micro-batch "$2" --steps "$((STEPS / 2))" --nproc "$np" ||
-      echo "(PyTorch training did not run)"
+    train_paratrain "$1" "$2" "$np" | tee -a "$SUMMARY" || status=1
+    "$PY" "$ROOT/bench/torch_gpu_train.py" --model "$1" --micro-batch "$2" --steps "$((STEPS / 2))" --nproc "$np" |
+      tee -a "$SUMMARY" || echo "(PyTorch training did not run)"
   done
 done
+
+# The issue's floors beside the figures: paratrain's tokens/s over PyTorch's on the same GPUs
+# (>= 1.0 for gpt2-124m), and DDP's scaling, tokens/s on N GPUs over N times one GPU's (>= 0.9).
+say "training summary"
+"$PY" - "$SUMMARY" <<'PY'
+import json, sys
+runs = {}
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if isinstance(r, dict) and "tokens_per_s" in r and "model" in r:
+        runs[(r["impl"], r["model"], r["gpus"])] = r
+print(f"{'model':10} {'gpus':>4} {'paratrain tok/s':>16} {'pytorch tok/s':>14} {'ratio':>6} {'mfu':>6} "
+      f"{'peak GiB':>8} {'DDP scaling':>11}")
+for (impl, model, gpus), r in sorted(runs.items()):
+    if impl != "paratrain":
+        continue
+    t = runs.get(("pytorch", model, gpus))
+    one = runs.get(("paratrain", model, 1))
+    ratio = f"{r['tokens_per_s'] / t['tokens_per_s']:.2f}" if t and t["tokens_per_s"] else "-"
+    scaling = f"{r['tokens_per_s'] / (gpus * one['tokens_per_s']):.2f}" if gpus > 1 and one else "-"
+    print(f"{model:10} {gpus:>4} {r['tokens_per_s']:>16.0f} {t['tokens_per_s'] if t else float('nan'):>14.0f} "
+          f"{ratio:>6} {r['mfu']:>6.3f} {r['peak_mem_bytes'] / 2**30:>8.2f} {scaling:>11}")
+PY
 
 say "done: $( [ $status -eq 0 ] && echo all checks passed || echo SOME CHECKS FAILED )"
 exit $status
