@@ -32,9 +32,13 @@ if(NOT PARATRAIN_CUDA_MODE STREQUAL "off")
     if(NOT CUDAToolkit_FOUND OR NOT TARGET CUDA::cudart OR NOT TARGET CUDA::cublasLt OR NOT TARGET CUDA::cublas)
       list(APPEND paratrain_cuda_missing "the CUDA runtime and cuBLAS(Lt)")
     endif()
-    find_path(NCCL_INCLUDE_DIR NAMES nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/include)
-    find_library(NCCL_LIBRARY NAMES nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib
-      ${CUDAToolkit_LIBRARY_ROOT}/lib64)
+    # NCCL: beside the toolkit, in the system's folders, or under NCCL_ROOT (a cache variable
+    # or the environment's; PyTorch's wheel nvidia-nccl ships include/ and lib/libnccl.so.2).
+    set(NCCL_ROOT "$ENV{NCCL_ROOT}" CACHE PATH "where NCCL is (include/nccl.h, lib/libnccl.so*)")
+    find_path(NCCL_INCLUDE_DIR NAMES nccl.h HINTS ${NCCL_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS}
+      ${CUDAToolkit_LIBRARY_ROOT}/include)
+    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${NCCL_ROOT}/lib ${CUDAToolkit_LIBRARY_DIR}
+      ${CUDAToolkit_LIBRARY_ROOT}/lib ${CUDAToolkit_LIBRARY_ROOT}/lib64)
     if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
       list(APPEND paratrain_cuda_missing "NCCL (nccl.h, libnccl)")
     endif()

@@ -171,7 +171,13 @@ TEST(CudaLayerKernels, LayerNormMatchesCpu) {
                                          k.affine ? dw.get() : nullptr, k.affine ? db.get() : nullptr, k.N, k.C,
                                          cpu::kLayerNormEps);
     expect_close(dout_.download(), out, kF32Tol, "layernorm out");
-    expect_close(dmean.download(), mean, kF32Tol, "layernorm mean");
+    // A mean is a sum of C values over C: its rounding is of the inputs' size (C ulps of the
+    // largest |x|), not of the mean's own, which cancellation makes small (N=1, C=7).
+    const std::vector<float> got_mean = dmean.download();
+    double xmax = 0;
+    for (float v : x) xmax = std::max(xmax, std::fabs(static_cast<double>(v)));
+    for (size_t r = 0; r < rows; ++r)
+      EXPECT_NEAR(got_mean[r], mean[r], static_cast<double>(k.C) * std::ldexp(xmax, -23)) << "layernorm mean[" << r << "]";
     expect_close(drstd.download(), rstd, kF32Tol, "layernorm rstd");
 
     // Backward from the CPU's mean/rstd into prefilled gradients.
@@ -324,6 +330,7 @@ struct AttnImpl {
   AttnBackward f32_backward, bf16_backward;
   int64_t max_head_size;
   Tolerance bf16_dqkv = kBF16Tol;  // bf16 products round P and dS: 4e-3 of the largest gradient
+  Tolerance bf16_out = kBF16Tol;   // and P: 4e-3 of the largest output (1.4e-3 seen on an H200)
 };
 template <DType T, bool Half = false>
 void by_gemm_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
@@ -340,7 +347,8 @@ std::vector<AttnImpl> attention_impls() {
           {"by gemm, 16-row chunks", &by_gemm_forward<kF32>, &by_gemm_forward<kBF16>, &by_gemm_backward<kF32>,
            &by_gemm_backward<kBF16>, 1 << 20},
           {"by gemm, bf16 products, 16-row chunks", &by_gemm_forward<kF32>, &by_gemm_forward<kBF16, true>,
-           &by_gemm_backward<kF32>, &by_gemm_backward<kBF16, true>, 1 << 20, Tolerance{2e-2, 4e-3}},
+           &by_gemm_backward<kF32>, &by_gemm_backward<kBF16, true>, 1 << 20, Tolerance{2e-2, 4e-3},
+           Tolerance{2e-2, 4e-3}},
           {"tiles", erase<&cuda::attention_forward>, erase<&cuda::attention_forward_bf16>,
            erase<&cuda::attention_backward>, erase<&cuda::attention_backward_bf16>, cuda::kAttnMaxHeadSize}};
 }
@@ -402,7 +410,7 @@ TEST(CudaLayerKernels, AttentionBF16MatchesCpu) {
     DeviceBuffer<uint16_t> dq(qkv), dout_(filled<uint16_t>(nout, 0));
     DeviceBuffer<float> dlse(filled(nlse, 9.0f));
     impl.bf16_forward(dout_.get(), dlse.get(), dq.get(), k.B, k.T, C, k.NH);
-    expect_close_bf16(dout_.download(), out, "attention bf16 out");
+    expect_close(from_bf16(dout_.download()), from_bf16(out), impl.bf16_out, "attention bf16 out");
     expect_close(dlse.download(), lse, kF32Tol, "attention bf16 lse");  // f32 statistics of identical inputs
 
     const std::vector<uint16_t> g = to_bf16(uniform(nout, -1, 1, 35)), d0 = to_bf16(uniform(nqkv, -0.1f, 0.1f, 36));

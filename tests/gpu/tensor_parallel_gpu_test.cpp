@@ -16,6 +16,7 @@
 #include "paratrain/kernels/registry.h"
 #include "paratrain/parallel/tensor_parallel/comm_ops.h"
 #include "paratrain/parallel/tensor_parallel/layers.h"
+#include "paratrain/tensor/cuda.h"
 #include "paratrain/tensor/random.h"
 #include "parallel/tp_test_values.h"
 
@@ -48,7 +49,7 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b, doub
 
 // Rows [start, start+R) of V = 23 (the last range padded): the forward is the CPU's bit for bit
 // (a copy or a zero per element), the backward adds the same few terms in another order (f32
-// atomics) into a prefilled gradient; a bad id is an InputError before anything is written.
+// atomics) into a prefilled gradient; a bad id is the CPU's InputError at the next wait, its row NaN.
 TEST(TensorParallelOnGpu, VocabEmbeddingKernelsFollowTheCpu) {
   PT_REQUIRE_GPU();
   const int64_t N = 301, V = 23, R = 8, C = 67;
@@ -78,14 +79,28 @@ TEST(TensorParallelOnGpu, VocabEmbeddingKernelsFollowTheCpu) {
   const Tensor bad = Tensor::from_vector_i32(ids, {N}).to(kGpu0);
   const Tensor gw = randn({R, C}, 4).to(kGpu0);
   Tensor gout = Tensor::full({N, C}, 2.0, DType::F32, kGpu0);
+  // A bad id is found on the device without a wait and raised at the next wait for the GPU's
+  // results (tensor/cuda_device_errors.h); its output row is NaN, the others are written.
+  reg.vocab_embedding_forward.at(Device::CUDA, DType::F32)(gout.data_ptr(), bad.data<int32_t>(), gw.data_ptr(), N, V, 0,
+                                                           R, C);
   try {
-    reg.vocab_embedding_forward.at(Device::CUDA, DType::F32)(gout.data_ptr(), bad.data<int32_t>(), gw.data_ptr(), N, V,
-                                                             0, R, C);
+    paratrain::cuda::synchronize();
     ADD_FAILURE() << "no InputError for token id " << V;
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("token id 23 at position 17"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(gout.to_vector(), std::vector<float>(N * C, 2.0f));
+  const std::vector<float> got = gout.to_vector();  // the record was cleared: no second error
+  const std::vector<float> wv = gw.to_vector();
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t c = 0; c < C; ++c) {
+      const float g = got[static_cast<size_t>(i * C + c)];
+      if (i == 17) {
+        EXPECT_TRUE(std::isnan(g)) << "the bad id's row, column " << c;
+      } else {
+        const float want = ids[i] < R ? wv[static_cast<size_t>(ids[i] * C + c)] : 0.0f;  // rows past the shard: 0
+        EXPECT_EQ(g, want) << "row " << i << " column " << c;
+      }
+    }
 }
 
 // A tensor-parallel group of one rank on cuda:0: the layers built from GPU layers live on the

@@ -96,7 +96,9 @@ TEST(CudaVocabShardCe, KernelsMatchTheCpuOnAMiddleShardWithPaddingAndIgnoredRows
       expect_close(gpu.mx.to_vector(), cpu.mx.to_vector(), 1e-5, 0.0, (what + ": lse").c_str());
       expect_close(gpu.losses.to_vector(), cpu.losses.to_vector(), 1e-5, 1e-6, (what + ": losses").c_str());
       const std::vector<float> gd = gpu.d.to(DType::F32).to_vector(), cd = cpu.d.to(DType::F32).to_vector();
-      expect_close(gd, cd, half_step(dt), 1e-6 * 0.01, (what + ": dlogits").c_str());
+      // f16 gradients this small are subnormal: one step of 2^-24 apart is one rounding.
+      const double subnormal_step = dt == DType::F16 ? std::ldexp(1.0, -24) : 0.0;
+      expect_close(gd, cd, half_step(dt), 1e-8 + subnormal_step, (what + ": dlogits").c_str());
       for (int64_t r = 4; r < N; r += 5)
         for (int64_t c = 0; c < Vl; ++c) ASSERT_EQ(gd[r * Vl + c], 0.0f) << what << ": ignored row " << r;
       for (int64_t r = 0; r < N; ++r)

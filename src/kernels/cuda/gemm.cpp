@@ -312,17 +312,20 @@ void gemm_batched_to_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
 template <DType T>
 void gemm_bias(bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, const void* B, const void* bias,
                void* out) {
-  check_args(false, trans_b, M, N, K, K, trans_b ? K : N, N, "gemm_bias");
+  // Dense operands: lda = K, ldb = K or N (at least 1, as a BLAS wants them, where K == 0).
+  const int64_t lda = std::max<int64_t>(1, K), ldb = trans_b ? lda : N;
+  check_args(false, trans_b, M, N, K, lda, ldb, N, "gemm_bias");
   if (M == 0 || N == 0) return;
   if (K > 0 && run_with_epilogue<T>(trans_b, M, N, K, A, B, bias, nullptr, out)) return;
-  gemm<T>(false, trans_b, M, N, K, 1.0f, A, K, B, trans_b ? K : N, 0.0f, out, N);
+  gemm<T>(false, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, out, N);
   bias_add<T>(out, bias, M, N);
 }
 
 template <DType T>
 void gemm_bias_gelu(bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, const void* B, const void* bias,
                     void* pre, void* out) {
-  check_args(false, trans_b, M, N, K, K, trans_b ? K : N, N, "gemm_bias_gelu");
+  check_args(false, trans_b, M, N, K, std::max<int64_t>(1, K), trans_b ? std::max<int64_t>(1, K) : N, N,
+             "gemm_bias_gelu");
   if (M == 0 || N == 0) return;
   if (K > 0 && run_with_epilogue<T>(trans_b, M, N, K, A, B, bias, pre, out)) return;
   gemm_bias<T>(trans_b, M, N, K, A, B, bias, pre);
