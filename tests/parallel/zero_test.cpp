@@ -220,8 +220,14 @@ TEST(Zero, OneProcessIsBitIdenticalToNoSharding) {
     Spec zero = plain;
     zero.zero = stage;
     std::string first;
-    EXPECT_TRUE(bit_identical(train_tiny(nullptr, zero).weights, train_tiny(nullptr, plain).weights, &first))
+    const Outcome z = train_tiny(nullptr, zero);
+    EXPECT_TRUE(bit_identical(z.weights, train_tiny(nullptr, plain).weights, &first))
         << "zero " << stage << " differs at " << first;
+    // One rank's shards are every parameter, unpadded: stage 2 then holds exactly their bytes
+    // between steps (its released buckets count nothing).
+    int64_t params = 0;
+    for (const auto& [name, w] : z.weights) params += static_cast<int64_t>(w.size());
+    if (stage == 2) EXPECT_EQ(z.grad_bytes, 4 * params);
   }
 }
 

@@ -26,6 +26,9 @@ TEST(Tensor, FactoriesAndViews) {
   EXPECT_EQ(t.select(0, 1).to_vector(), (std::vector<float>{3, 4, 5}));
   EXPECT_EQ(t.reshape({3, -1}).shape(), (Shape{3, 2}));
   EXPECT_THROW(t.view({4, 2}), InternalError);
+  EXPECT_EQ(t.nbytes(), 24u);
+  EXPECT_EQ(Tensor::full({}, 1.0f).nbytes(), 4u);  // a scalar holds one element
+  EXPECT_EQ(Tensor().nbytes(), 0u);                // an undefined tensor holds nothing
 }
 
 TEST(Tensor, DtypeConversionsRoundTrip) {

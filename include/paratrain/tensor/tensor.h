@@ -133,7 +133,9 @@ class Tensor {
   int64_t size(int64_t d) const;  // negative d counts from the end
   int64_t stride(int64_t d) const;
   int64_t numel() const { return shape_numel(shape_); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  // The bytes of the elements the tensor views; 0 for an undefined one (whose shape is a
+  // scalar's, numel() 1): memory accounting sums nbytes() over buffers that may be released.
+  size_t nbytes() const { return defined() ? static_cast<size_t>(numel()) * dtype_size(dtype_) : 0; }
   int64_t offset() const { return offset_; }
   bool is_contiguous() const;
   const std::shared_ptr<Storage>& storage() const { return storage_; }
