@@ -11,9 +11,9 @@
 // Differences from the CPU kernels: a bad token id in embedding/encoder forward or backward
 // cannot throw at once: it is recorded on the device and raised as the CPU's InputError at the
 // host's next wait for the GPU (tensor/cuda_device_errors.h), its forward row is NaN and its
-// backward adds nothing. Sums of many terms (bias_backward, gemm, embedding's
-// scatter with atomicAdd) add in another order, so f32 results differ by rounding;
-// embedding_backward is not bitwise deterministic from run to run (atomicAdd).
+// backward adds nothing. Sums of many terms (bias_backward, gemm) add in another order, so f32
+// results differ by rounding; embedding_backward adds in the CPU's order (its bits). Every
+// kernel gives the same bits from run to run (no atomics).
 // Thread-safety: any thread; calls from several threads on one device are ordered by the
 // compute stream (the reductions hold a per-device lock while they run).
 #pragma once

@@ -6,14 +6,21 @@
 // (tensor/cuda_device_errors.h), which the host raises as the CPU kernel's InputError at its
 // next wait for the GPU's results (a training step: when it reads the loss). Until then a bad
 // id's output row is NaN in the forward and it adds nothing in the backward: no kernel reads or
-// writes outside the tables. The backward scatters with f32 atomicAdd (order not fixed: not
-// bitwise deterministic); the positional part of encoder_backward sums over b in order.
+// writes outside the tables. The backward adds each row's positions in position order, the
+// CPU's order, so it is the CPU's result bit for bit and the same every run: the positions
+// are sorted by row (CUB's stable radix sort, scratch from the caching allocator), then one
+// block per run of equal rows adds them in order. The positional part of encoder_backward
+// sums over b in order.
 #include <climits>
 #include <cmath>
 
+#include <cub/device/device_radix_sort.cuh>
+
 #include "kernels/cuda/basic.h"
 #include "kernels/cuda/launch.h"
+#include "paratrain/tensor/cuda.h"
 #include "paratrain/tensor/cuda_device_errors.h"
+#include "paratrain/tensor/tensor.h"
 
 namespace paratrain::kernels::cuda {
 namespace {
@@ -71,12 +78,51 @@ void check_tokens(const int32_t* tokens, int64_t N, int64_t V, const char* who) 
   PT_CUDA_CHECK_LAUNCH();
 }
 
-void scatter_add(float* dwte, const float* dout, const int32_t* tokens, int64_t N, int64_t V, int64_t C) {
-  launch_each(N * C, "embedding_backward", [=] __device__(int64_t i) {
-    const int64_t n = i / C, c = i % C;
-    const int32_t t = tokens[n];
-    if (t >= 0 && t < V) atomicAdd(dwte + static_cast<int64_t>(t) * C + c, dout[i]);
+// A block per sorted position i that starts a run of equal rows k (< R): rows[k] += the run's
+// dout rows, in position order (the sort is stable), one column per thread.
+__global__ void add_runs_in_order(float* rows, const float* dout, const int32_t* keys, const int32_t* pos, int64_t N,
+                                  int64_t R, int64_t C) {
+  const int64_t i = blockIdx.x;
+  const int32_t k = keys[i];
+  if (k >= R || (i > 0 && keys[i - 1] == k)) return;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float acc = rows[static_cast<int64_t>(k) * C + c];
+    for (int64_t j = i; j < N && keys[j] == k; ++j) acc += dout[static_cast<int64_t>(pos[j]) * C + c];
+    rows[static_cast<int64_t>(k) * C + c] = acc;
+  }
+}
+
+// rows[t - start] (R x C) += dout[n] for every position n whose token t is in [start, start + R),
+// positions in order; others (a bad id included) add nothing.
+void ordered_scatter_add(float* rows, const float* dout, const int32_t* tokens, int64_t N, int64_t start, int64_t R,
+                         int64_t C, const char* who) {
+  if (N == 0 || R == 0 || C == 0) return;
+  if (N > INT_MAX || R >= INT_MAX) PT_THROW(InputError, who, " (cuda): N=", N, " or R=", R, " past 2^31 - 1");
+  const DeviceSpec dev{Device::CUDA, ::paratrain::cuda::current_device()};
+  Tensor keys_in = Tensor::empty({N}, DType::I32, dev), keys = Tensor::empty({N}, DType::I32, dev);
+  Tensor pos_in = Tensor::empty({N}, DType::I32, dev), pos = Tensor::empty({N}, DType::I32, dev);
+  auto* ki = static_cast<int32_t*>(keys_in.data_ptr());
+  auto* pi = static_cast<int32_t*>(pos_in.data_ptr());
+  const int32_t r32 = static_cast<int32_t>(R);
+  launch_each(N, who, [=] __device__(int64_t n) {  // key R (sorted last) for rows outside the shard
+    const int64_t row = static_cast<int64_t>(tokens[n]) - start;
+    ki[n] = row >= 0 && row < R ? static_cast<int32_t>(row) : r32;
+    pi[n] = static_cast<int32_t>(n);
   });
+  int end_bit = 1;
+  while (end_bit < 31 && (int64_t{1} << end_bit) <= R) ++end_bit;
+  cudaStream_t s = detail::stream();
+  size_t temp_bytes = 0;
+  PT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, ki, static_cast<int32_t*>(keys.data_ptr()), pi,
+                                                static_cast<int32_t*>(pos.data_ptr()), static_cast<int>(N), 0, end_bit,
+                                                s));
+  Tensor temp = Tensor::empty({static_cast<int64_t>(temp_bytes) + 1}, DType::U8, dev);
+  PT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, ki, static_cast<int32_t*>(keys.data_ptr()),
+                                                pi, static_cast<int32_t*>(pos.data_ptr()), static_cast<int>(N), 0,
+                                                end_bit, s));
+  add_runs_in_order<<<static_cast<unsigned>(N), 128, 0, s>>>(rows, dout, static_cast<const int32_t*>(keys.data_ptr()),
+                                                             static_cast<const int32_t*>(pos.data_ptr()), N, R, C);
+  PT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -96,7 +142,8 @@ void embedding_forward(void* out, const int32_t* tokens, const void* wte, int64_
 void embedding_backward(void* dwte, const void* dout, const int32_t* tokens, int64_t N, int64_t V, int64_t C) {
   check_sizes(N, V, C, "embedding_backward");
   check_tokens(tokens, N, V, "embedding_backward");
-  scatter_add(static_cast<float*>(dwte), static_cast<const float*>(dout), tokens, N, V, C);
+  ordered_scatter_add(static_cast<float*>(dwte), static_cast<const float*>(dout), tokens, N, 0, V, C,
+                      "embedding_backward");
 }
 
 void vocab_embedding_forward(void* out, const int32_t* tokens, const void* wte, int64_t N, int64_t V, int64_t start,
@@ -116,13 +163,8 @@ void vocab_embedding_backward(void* dwte, const void* dout, const int32_t* token
                               int64_t start, int64_t R, int64_t C) {
   check_rows(N, V, start, R, C, "vocab_embedding_backward");
   check_tokens(tokens, N, V, "vocab_embedding_backward");
-  auto* d = static_cast<float*>(dwte);
-  auto* g = static_cast<const float*>(dout);
-  launch_each(N * C, "vocab_embedding_backward", [=] __device__(int64_t i) {
-    const int64_t n = i / C, c = i % C;
-    const int64_t row = static_cast<int64_t>(tokens[n]) - start;
-    if (row >= 0 && row < R) atomicAdd(d + row * C + c, g[i]);
-  });
+  ordered_scatter_add(static_cast<float*>(dwte), static_cast<const float*>(dout), tokens, N, start, R, C,
+                      "vocab_embedding_backward");
 }
 
 void encoder_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int64_t B, int64_t T,

@@ -2,8 +2,9 @@
 //
 // Forward and the dinp part of the backward: one warp per row, two passes over the row
 // (mean, then the variance of x - mean) as the CPU kernel. dweight/dbias: blocks of 32
-// columns x a chunk of rows; each block reduces its chunk in shared memory and adds it to
-// the gradients with one f32 atomicAdd per column, so the gradients accumulate (+=).
+// columns x a chunk of rows; each block reduces its chunk in shared memory into a scratch row
+// of partial sums (caching allocator), and a second kernel adds the chunks to the gradients
+// in chunk order (+=): no atomics, the same bits every run.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -13,7 +14,9 @@
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/layers.h"
 #include "paratrain/base/error.h"
+#include "paratrain/tensor/cuda.h"
 #include "paratrain/tensor/cuda_check.h"
+#include "paratrain/tensor/tensor.h"
 
 namespace paratrain::kernels::cuda {
 namespace {
@@ -79,7 +82,7 @@ __global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, c
 }
 
 // Block (32, 8): column blockIdx.x * 32 + threadIdx.x, rows [blockIdx.y * rows_per_chunk, ...).
-__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const float* dout,
+__global__ void layernorm_backward_params_kernel(float* partial, const float* dout,
                                                  const float* inp, const float* mean, const float* rstd,
                                                  int64_t N, int64_t C, int64_t rows_per_chunk) {
   __shared__ float sw[8][33], sb[8][33];
@@ -102,8 +105,24 @@ __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, c
       aw += sw[y][threadIdx.x];
       ab += sb[y][threadIdx.x];
     }
-    if (dweight) atomicAdd(dweight + c, aw);
-    if (dbias) atomicAdd(dbias + c, ab);
+    partial[(static_cast<int64_t>(blockIdx.y) * 2) * C + c] = aw;  // the chunk's sums; added in chunk order next
+    partial[(static_cast<int64_t>(blockIdx.y) * 2 + 1) * C + c] = ab;
+  }
+}
+
+// dweight[c] += chunk 0's sum, then chunk 1's, ...; dbias likewise: one thread per column.
+__global__ void add_chunks_in_order(float* dweight, float* dbias, const float* partial, int64_t chunks, int64_t C) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  if (dweight) {
+    float acc = dweight[c];
+    for (int64_t k = 0; k < chunks; ++k) acc += partial[(k * 2) * C + c];
+    dweight[c] = acc;
+  }
+  if (dbias) {
+    float acc = dbias[c];
+    for (int64_t k = 0; k < chunks; ++k) acc += partial[(k * 2 + 1) * C + c];
+    dbias[c] = acc;
   }
 }
 
@@ -132,10 +151,15 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   if (dweight || dbias) {
     // Chunks of at least 256 rows, and at most 65535 of them (the grid's y limit).
     const int64_t rows_per_chunk = std::max<int64_t>(256, (N + 65534) / 65535);
-    const dim3 grid(detail::ceil_div(C, 32), detail::ceil_div(N, rows_per_chunk));
-    layernorm_backward_params_kernel<<<grid, dim3(32, 8), 0, detail::stream()>>>(dweight, dbias, dout, inp,
-                                                                                        mean, rstd, N, C,
-                                                                                        rows_per_chunk);
+    const int64_t chunks = detail::ceil_div(N, rows_per_chunk);
+    const dim3 grid(detail::ceil_div(C, 32), static_cast<unsigned>(chunks));
+    Tensor partial = Tensor::empty({chunks * 2 * C}, DType::F32,
+                                   DeviceSpec{Device::CUDA, ::paratrain::cuda::current_device()});
+    auto* part = static_cast<float*>(partial.data_ptr());
+    layernorm_backward_params_kernel<<<grid, dim3(32, 8), 0, detail::stream()>>>(part, dout, inp, mean, rstd, N, C,
+                                                                                rows_per_chunk);
+    PT_CUDA_CHECK_LAUNCH();
+    add_chunks_in_order<<<detail::ceil_div(C, 256), 256, 0, detail::stream()>>>(dweight, dbias, part, chunks, C);
     PT_CUDA_CHECK_LAUNCH();
   }
 }
