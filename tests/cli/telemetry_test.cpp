@@ -106,7 +106,9 @@ TEST_F(Telemetry, DataParallelBytesThroughputAndBusBandwidthMatchTheFormulasAndT
   const double best = *std::max_element(busbw.begin(), busbw.end());
   std::printf("  busbw of the dp all-reduce: training best step %.3f GB/s, bench comm best of 3 %.3f GB/s\n", best,
               bench_busbw);
-  EXPECT_GT(best, bench_busbw / 30);
+  // Below: the six training steps can all fall while both cores of a loaded CI machine run
+  // other tests (seen once at /30 in a full suite), the benchmark later in a quiet moment.
+  EXPECT_GT(best, bench_busbw / 100);
   EXPECT_LT(best, bench_busbw * 5);
 }
 
