@@ -7,9 +7,10 @@
 #   3. measures paratrain's CUDA kernels (gpu_kernels_bench) beside PyTorch's for the same
 #      gpt2-124m shapes (torch_gpu_kernels.py) and prints the ratios;
 #   4. trains gpt-mini and gpt2-124m in bf16 on one GPU, and with DDP on all GPUs, with
-#      `paratrain train --device cuda` beside PyTorch (torch_gpu_train.py: SDPA, autocast,
-#      fused AdamW) on the same GPU: tokens/s, MFU and peak memory; then a summary table with
-#      paratrain's tokens/s over PyTorch's and DDP's scaling (N GPUs over N times one).
+#      `paratrain train --device cuda` (the default attention, then PARATRAIN_CUDA_ATTENTION=flash)
+#      beside PyTorch (torch_gpu_train.py: SDPA, autocast, fused AdamW) on the same GPU:
+#      tokens/s, MFU and peak memory; then a summary table with paratrain's tokens/s over
+#      PyTorch's and DDP's scaling (N GPUs over N times one), per attention form.
 # Exits 1 when a test fails or a step that should work does not; prints what it skipped.
 #
 # Usage: bash bench/gpu_check.sh [BUILD_DIR]     (STEPS=200 MB_MINI=32 MB_124M=8 to change;
@@ -80,20 +81,25 @@ for k, r in ours.items():
           f"{t['tflops'] if t else float('nan'):8.1f} {ratio:>14}")
 PY
 
-train_paratrain() {  # MODEL MB NPROC -> JSON line of the last step's metrics, or a reason
-  local model=$1 mb=$2 np=$3 out="$BUILD/train_${1}_${3}gpu.metrics.jsonl" log="$BUILD/train_${1}_${3}gpu.log"
+# train_paratrain MODEL MB NPROC [ATTENTION] -> a JSON line of the steady steps' figures, or a
+# reason. ATTENTION (PARATRAIN_CUDA_ATTENTION) is the tables' default unless given; the line's
+# impl is then "paratrain-ATTENTION".
+train_paratrain() {
+  local model=$1 mb=$2 np=$3 attn=${4:-} impl=paratrain${4:+-$4}
+  local out="$BUILD/train_${1}_${3}gpu${4:+_$4}.metrics.jsonl" log="$BUILD/train_${1}_${3}gpu${4:+_$4}.log"
   rm -f "$out"
   local cmd=("$BIN" train --device cuda --precision bf16 --model "$model" --micro-batch "$mb" --steps "$STEPS"
              --data "$TOKENS" --metrics "$out" --quiet)
   if [ "$np" -gt 1 ]; then
     cmd=("$BIN" launch --nproc-per-node "$np" -- "${cmd[@]}")
   fi
-  if timeout 300 "${cmd[@]}" > "$log" 2>&1 && [ -s "$out" ]; then
-    "$PY" - "$out" "$model" "$np" <<'PY'
+  if PARATRAIN_CUDA_ATTENTION=${attn:-${PARATRAIN_CUDA_ATTENTION:-gemm}} timeout 300 "${cmd[@]}" > "$log" 2>&1 &&
+     [ -s "$out" ]; then
+    "$PY" - "$out" "$model" "$np" "$impl" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"eval"' not in l]
 steady = rows[len(rows) // 4:]
-print(json.dumps({"impl": "paratrain", "model": sys.argv[2], "gpus": int(sys.argv[3]),
+print(json.dumps({"impl": sys.argv[4], "model": sys.argv[2], "gpus": int(sys.argv[3]),
                   "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in steady), 1),
                   "mfu": round(statistics.median(r.get("mfu", 0) for r in steady), 4),
                   "peak_mem_bytes": max(max(r.get("mem_peak_bytes", [0])) for r in rows), "loss": rows[-1]["loss"]}))
@@ -124,6 +130,7 @@ for spec in "gpt-mini $MB_MINI" "gpt2-124m $MB_124M"; do
   for np in 1 $([ "$NGPU" -gt 1 ] && echo "$NGPU"); do
     echo "-- $1, micro-batch $2, $np GPU(s)"
     train_paratrain "$1" "$2" "$np" | tee -a "$SUMMARY" || status=1
+    train_paratrain "$1" "$2" "$np" flash | tee -a "$SUMMARY" || status=1  # the flash attention kernels
     ${TORCH_PY:-false} "$ROOT/bench/torch_gpu_train.py" --model "$1" --micro-batch "$2" --steps "$((STEPS / 2))" --nproc "$np" |
       tee -a "$SUMMARY" || echo "(PyTorch training did not run)"
   done
@@ -142,16 +149,16 @@ for line in open(sys.argv[1]):
         continue
     if isinstance(r, dict) and "tokens_per_s" in r and "model" in r:
         runs[(r["impl"], r["model"], r["gpus"])] = r
-print(f"{'model':10} {'gpus':>4} {'paratrain tok/s':>16} {'pytorch tok/s':>14} {'ratio':>6} {'mfu':>6} "
+print(f"{'model':10} {'gpus':>4} {'paratrain':16} {'tok/s':>10} {'pytorch tok/s':>14} {'ratio':>6} {'mfu':>6} "
       f"{'peak GiB':>8} {'DDP scaling':>11}")
-for (impl, model, gpus), r in sorted(runs.items()):
-    if impl != "paratrain":
+for (impl, model, gpus), r in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
+    if not impl.startswith("paratrain"):
         continue
     t = runs.get(("pytorch", model, gpus))
-    one = runs.get(("paratrain", model, 1))
+    one = runs.get((impl, model, 1))
     ratio = f"{r['tokens_per_s'] / t['tokens_per_s']:.2f}" if t and t["tokens_per_s"] else "-"
     scaling = f"{r['tokens_per_s'] / (gpus * one['tokens_per_s']):.2f}" if gpus > 1 and one else "-"
-    print(f"{model:10} {gpus:>4} {r['tokens_per_s']:>16.0f} {t['tokens_per_s'] if t else float('nan'):>14.0f} "
+    print(f"{model:10} {gpus:>4} {impl:16} {r['tokens_per_s']:>10.0f} {t['tokens_per_s'] if t else float('nan'):>14.0f} "
           f"{ratio:>6} {r['mfu']:>6.3f} {r['peak_mem_bytes'] / 2**30:>8.2f} {scaling:>11}")
 PY
 

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -138,8 +139,8 @@ int main(int argc, char** argv) {
       Tensor dout = random_on_gpu({B, T, C}, dt, 4);
       Tensor dqkv = Tensor::zeros({B, T, 3 * C}, dt, kGpu, 0);
       const double fwd_flops = 4.0 * B * NH * T * T * (C / NH) / 2;
-      // The tables' attention (by batched f32 GEMMs unless PARATRAIN_CUDA_ATTENTION says
-      // otherwise), then the others named, in the same run: side by side.
+      // The tables' attention (PARATRAIN_CUDA_ATTENTION's form, batched f32 GEMMs by default),
+      // then the others named, in the same run: side by side.
       const bool bf16 = dt == DType::BF16;
       using Fwd = decltype(reg.attention_forward.at(kGpu, dt));
       using Bwd = decltype(reg.attention_backward.at(kGpu, dt));
@@ -150,7 +151,7 @@ int main(int argc, char** argv) {
                  : kernels::erase<&kernels::cuda::attention_forward>,
             bf16 ? kernels::erase<&kernels::cuda::attention_backward_bf16>
                  : kernels::erase<&kernels::cuda::attention_backward>}}};
-      if (bf16)
+      if (bf16) {
         impls.push_back({" (gemm, bf16 products)",
                          {[](void* o, void* l, const void* x, int64_t b, int64_t t, int64_t c, int64_t nh) {
                             kernels::attention_by_gemm_forward<Device::CUDA, DType::BF16>(o, l, x, b, t, c, nh, 0, true);
@@ -160,15 +161,36 @@ int main(int argc, char** argv) {
                             kernels::attention_by_gemm_backward<Device::CUDA, DType::BF16>(d, g, x, o, l, b, t, c, nh, 0,
                                                                                          true);
                           }}});
+        // The flash kernels (kernels/cuda/layers.h); gpt2-124m's head size 64 is theirs.
+        impls.push_back({" (flash)",
+                         {[](void* o, void* l, const void* x, int64_t b, int64_t t, int64_t c, int64_t nh) {
+                            if (!kernels::cuda::attention_forward_flash_bf16(static_cast<uint16_t*>(o),
+                                                                             static_cast<float*>(l),
+                                                                             static_cast<const uint16_t*>(x), b, t, c, nh))
+                              throw std::runtime_error("the flash forward does not take this shape");
+                          },
+                          [](void* d, const void* g, const void* x, const void* o, const void* l, int64_t b, int64_t t,
+                             int64_t c, int64_t nh) {
+                            if (!kernels::cuda::attention_backward_flash_bf16(
+                                    static_cast<uint16_t*>(d), static_cast<const uint16_t*>(g),
+                                    static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(o),
+                                    static_cast<const float*>(l), b, t, c, nh))
+                              throw std::runtime_error("the flash backward does not take this shape");
+                          }}});
+      }
       for (const auto& [suffix, fns] : impls) {
         const auto fwd = fns.first;
         const auto bwd = fns.second;
-        double ms_f = time_ms([&] { fwd(out.data_ptr(), lse.data_ptr(), qkv.data_ptr(), B, T, C, NH); }, iters, reps);
-        report("attention fwd" + suffix, dt, ms_f, fwd_flops);
-        double ms_b = time_ms([&] {
-          bwd(dqkv.data_ptr(), dout.data_ptr(), qkv.data_ptr(), out.data_ptr(), lse.data_ptr(), B, T, C, NH);
-        }, iters, reps);
-        report("attention bwd" + suffix, dt, ms_b, 2.5 * fwd_flops);
+        try {  // a form that fails is named, and the others still run
+          double ms_f = time_ms([&] { fwd(out.data_ptr(), lse.data_ptr(), qkv.data_ptr(), B, T, C, NH); }, iters, reps);
+          report("attention fwd" + suffix, dt, ms_f, fwd_flops);
+          double ms_b = time_ms([&] {
+            bwd(dqkv.data_ptr(), dout.data_ptr(), qkv.data_ptr(), out.data_ptr(), lse.data_ptr(), B, T, C, NH);
+          }, iters, reps);
+          report("attention bwd" + suffix, dt, ms_b, 2.5 * fwd_flops);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "gpu_kernels_bench: attention%s (%s): %s\n", suffix.c_str(), dtype_name(dt), e.what());
+        }
       }
     }
     {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
+#include "paratrain/base/env.h"
 #include "kernels/cuda/layers.h"
 #include "paratrain/kernels/attention_by_gemm.h"
 #include "paratrain/kernels/cpu/attention.h"
@@ -154,7 +155,8 @@ TEST(CudaLayerKernels, LayerNormMatchesCpu) {
     int64_t N, C;
     bool affine;
   };
-  for (const Case& k : {Case{1, 7, true}, Case{37, 768, true}, Case{256, 100, false}, Case{5, 3000, true}}) {
+  for (const Case& k : {Case{1, 7, true}, Case{37, 768, true}, Case{256, 100, false}, Case{5, 3000, true},
+                        Case{1000, 64, true}}) {  // 1000 rows: four chunks of the parameter sums
     SCOPED_TRACE("N=" + std::to_string(k.N) + " C=" + std::to_string(k.C) + " affine=" + std::to_string(k.affine));
     const size_t n = static_cast<size_t>(k.N * k.C), c = static_cast<size_t>(k.C), rows = static_cast<size_t>(k.N);
     std::vector<float> x = uniform(n, -2, 2, 1);
@@ -193,6 +195,13 @@ TEST(CudaLayerKernels, LayerNormMatchesCpu) {
     expect_close(ddi.download(), di, kF32Tol, "layernorm dinp", &di0);
     expect_close(ddw.download(), dwt, kF32Tol, "layernorm dweight", &dw0);
     expect_close(ddb.download(), dbs, kF32Tol, "layernorm dbias", &db0);
+    {  // chunk sums added in chunk order, no atomics: a second run gives the same bits
+      DeviceBuffer<float> ddi3(di0), ddw3(dw0), ddb3(db0);
+      R().layernorm_backward.at(kGpu, kF32)(ddi3.get(), ddw3.get(), ddb3.get(), dg.get(), dx.get(),
+                                            k.affine ? dw.get() : nullptr, cmean.get(), crstd.get(), k.N, k.C);
+      EXPECT_EQ(ddw3.download(), ddw.download()) << "layernorm dweight, run to run";
+      EXPECT_EQ(ddb3.download(), ddb.download()) << "layernorm dbias, run to run";
+    }
 
     // Gradients not wanted (nullptr) are skipped; dinp alone still accumulates.
     DeviceBuffer<float> ddi2(di0);
@@ -311,16 +320,16 @@ TEST(CudaLayerKernels, CrossEntropyBF16MatchesCpu) {
 struct AttnCase {
   int64_t B, T, NH, hs;
 };
-constexpr AttnCase kAttnCases[] = {{1, 1, 1, 16}, {2, 37, 3, 64}, {1, 256, 2, 16},
-                                   {2, 256, 2, 64}, {1, 37, 1, 128}, {3, 17, 4, 16}};
+constexpr AttnCase kAttnCases[] = {{1, 1, 1, 16},   {2, 37, 3, 64},  {1, 256, 2, 16}, {2, 256, 2, 64},
+                                   {1, 37, 1, 128}, {3, 17, 4, 16}, {1, 1024, 2, 64}, {1, 200, 2, 128}};
 
 std::string attn_name(const AttnCase& k) {
   return "B=" + std::to_string(k.B) + " T=" + std::to_string(k.T) + " NH=" + std::to_string(k.NH) +
          " hs=" + std::to_string(k.hs);
 }
 
-// The two CUDA attentions: the tables' (by batched GEMMs, unless PARATRAIN_CUDA_ATTENTION
-// says tiles) and each one named, both against the CPU's fused attention.
+// The CUDA attentions: the tables' (PARATRAIN_CUDA_ATTENTION's form, gemm by default) and
+// each form named, all against the CPU's fused attention.
 using AttnForward = void (*)(void*, void*, const void*, int64_t, int64_t, int64_t, int64_t);
 using AttnBackward = void (*)(void*, const void*, const void*, const void*, const void*, int64_t, int64_t, int64_t,
                               int64_t);
@@ -341,14 +350,37 @@ void by_gemm_backward(void* dqkv, const void* dout, const void* qkv, const void*
                       int64_t Tn, int64_t C, int64_t NH) {
   attention_by_gemm_backward<Device::CUDA, T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH, 16, Half);
 }
+// The flash kernels (bf16), the GEMM attention with bf16 products where they do not take the
+// shape (as the tables run them); head sizes 64 and 128 must be taken.
+void flash_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+  const bool taken = cuda::attention_forward_flash_bf16(static_cast<uint16_t*>(out), static_cast<float*>(lse),
+                                                        static_cast<const uint16_t*>(qkv), B, Tn, C, NH);
+  EXPECT_EQ(taken, C / NH == 64 || C / NH == 128) << "the flash forward's shapes";
+  if (!taken) by_gemm_forward<kBF16, true>(out, lse, qkv, B, Tn, C, NH);
+}
+void flash_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse, int64_t B,
+                    int64_t Tn, int64_t C, int64_t NH) {
+  const bool taken = cuda::attention_backward_flash_bf16(
+      static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout), static_cast<const uint16_t*>(qkv),
+      static_cast<const uint16_t*>(out), static_cast<const float*>(lse), B, Tn, C, NH);
+  EXPECT_EQ(taken, C / NH == 64 || C / NH == 128) << "the flash backward's shapes";
+  if (!taken) by_gemm_backward<kBF16, true>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
+}
+// The tables' bf16 attention rounds P and dS where PARATRAIN_CUDA_ATTENTION says flash or
+// gemm-bf16: then the bf16-products tolerance.
 std::vector<AttnImpl> attention_impls() {
+  const Tolerance bf16_products{2e-2, 4e-3};
+  const std::string form = env::get_string("PARATRAIN_CUDA_ATTENTION");
+  const Tolerance table_bf16 = form == "flash" || form == "gemm-bf16" ? bf16_products : kBF16Tol;
   return {{"the table's", R().attention_forward.at(kGpu, kF32), R().attention_forward.at(kGpu, kBF16),
-           R().attention_backward.at(kGpu, kF32), R().attention_backward.at(kGpu, kBF16), 128},
+           R().attention_backward.at(kGpu, kF32), R().attention_backward.at(kGpu, kBF16), 128, table_bf16,
+           table_bf16},
+          {"flash", &by_gemm_forward<kF32>, &flash_forward, &by_gemm_backward<kF32>, &flash_backward, 1 << 20,
+           bf16_products, bf16_products},
           {"by gemm, 16-row chunks", &by_gemm_forward<kF32>, &by_gemm_forward<kBF16>, &by_gemm_backward<kF32>,
            &by_gemm_backward<kBF16>, 1 << 20},
           {"by gemm, bf16 products, 16-row chunks", &by_gemm_forward<kF32>, &by_gemm_forward<kBF16, true>,
-           &by_gemm_backward<kF32>, &by_gemm_backward<kBF16, true>, 1 << 20, Tolerance{2e-2, 4e-3},
-           Tolerance{2e-2, 4e-3}},
+           &by_gemm_backward<kF32>, &by_gemm_backward<kBF16, true>, 1 << 20, bf16_products, bf16_products},
           {"tiles", erase<&cuda::attention_forward>, erase<&cuda::attention_forward_bf16>,
            erase<&cuda::attention_backward>, erase<&cuda::attention_backward_bf16>, cuda::kAttnMaxHeadSize}};
 }
@@ -423,6 +455,30 @@ TEST(CudaLayerKernels, AttentionBF16MatchesCpu) {
     // d includes the prefill: += is checked
     expect_close(from_bf16(dd.download()), from_bf16(d), impl.bf16_dqkv, "attention bf16 dqkv");
   });
+}
+
+// The flash backward has one writer per element of dqkv (no atomics): two runs give the same
+// bits, and so does the forward.
+TEST(CudaLayerKernels, FlashAttentionIsTheSameBitsEveryRun) {
+  PT_REQUIRE_GPU();
+  const int64_t B = 2, T = 300, NH = 2, hs = 64, C = NH * hs;
+  const size_t nqkv = static_cast<size_t>(B * T * 3 * C), nout = static_cast<size_t>(B * T * C);
+  const std::vector<uint16_t> qkv = to_bf16(uniform(nqkv, -2, 2, 51)), g = to_bf16(uniform(nout, -1, 1, 52));
+  DeviceBuffer<uint16_t> dq(qkv), dg(g);
+  std::vector<uint16_t> first_out, first_d;
+  for (int run = 0; run < 2; ++run) {
+    DeviceBuffer<uint16_t> out(filled<uint16_t>(nout, 0)), d(filled<uint16_t>(nqkv, 0));
+    DeviceBuffer<float> lse(filled(static_cast<size_t>(B * NH * T), 0.0f));
+    ASSERT_TRUE(cuda::attention_forward_flash_bf16(out.get(), lse.get(), dq.get(), B, T, C, NH));
+    ASSERT_TRUE(cuda::attention_backward_flash_bf16(d.get(), dg.get(), dq.get(), out.get(), lse.get(), B, T, C, NH));
+    if (run == 0) {
+      first_out = out.download(), first_d = d.download();
+    } else {
+      EXPECT_EQ(out.download(), first_out);
+      EXPECT_EQ(d.download(), first_d);
+    }
+  }
+  EXPECT_NE(std::count(first_d.begin(), first_d.end(), uint16_t{0}), static_cast<std::ptrdiff_t>(nqkv));
 }
 
 // The pieces of the GEMM attention one by one against the CPU's (kernels/cpu/attention_parts.h):

@@ -14,8 +14,8 @@
 //  - crossentropy: a target outside [0,V) (and not kIgnoreIndex) cannot throw; its row's
 //    loss is NaN in the forward and its dlogits row is NaN in the backward, so a training
 //    step's non-finite check sees it.
-//  - layernorm_backward adds dweight/dbias with f32 atomics (one add per column per block
-//    of 256 rows): the sum order, and so the last bits, may differ from run to run.
+//  - layernorm_backward sums dweight/dbias per block of 256 rows, then adds the blocks in
+//    order: another order than the CPU's, the same bits every run.
 //  - attention: head size C/NH at most 128 (InputError otherwise).
 //
 // Thread-safety: as the CUDA runtime; calls on one stream run in order.
@@ -53,6 +53,18 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 void attention_backward_bf16(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* out,
                              const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH);
 
+// The fused causal attention forward on tensor cores (flash_attention.cu): bf16 q/k/v and
+// out, f32 lse (may be null), FlashAttention-2's forward with P rounded to bf16 before P V.
+// Head size 64 or 128, C % 8 == 0, qkv 16-byte aligned, B * NH <= 65535; false (nothing
+// run) otherwise.
+bool attention_forward_flash_bf16(uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T, int64_t C,
+                                  int64_t NH);
+// Its backward: dqkv += the gradient (bf16, rounded once per element), from dout, qkv, out and
+// the forward's lse; P and dS rounded to bf16 before their products. Two kernels (dK/dV per
+// key tile, dQ per query tile): every element has one writer, the same bits every run. The
+// same shapes as the forward, dout 16-byte aligned, lse not null; false otherwise.
+bool attention_backward_flash_bf16(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* out,
+                                   const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH);
 // The pieces of the attention by batched GEMMs (attention_parts.cu; contract:
 // kernels/cpu/attention_parts.h).
 void attention_split_heads(float* heads, const float* x, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P);

@@ -1,12 +1,15 @@
 // The CUDA layer kernels (kernels/cuda/layers.h) in the dispatch tables for Device::CUDA:
-// f32 for LayerNorm, softmax, log-softmax, cross-entropy and attention (by batched f32 GEMMs,
-// kernels/attention_by_gemm.h; PARATRAIN_CUDA_ATTENTION=gemm-bf16 gives bf16 attention bf16
-// products on tensor cores, =tiles attention.cu's one-kernel tiles) and its pieces; bf16
-// where the CPU
-// registers bf16 for the same table (attention, cross-entropy), with the CPU's buffer
-// dtypes (lse, losses and dlosses f32); conv2d and max-pool for f32, bf16 and f16, as the CPU
-// (conv.h). softmax_row_max and softmax_row_exp_sum return a
-// host float per row and have no CUDA kernel (NoKernelError).
+// f32 for LayerNorm, softmax, log-softmax, cross-entropy and attention, and bf16 where the CPU
+// registers bf16 for the same table (attention, cross-entropy), with the CPU's buffer dtypes
+// (lse, losses and dlosses f32); conv2d and max-pool for f32, bf16 and f16, as the CPU
+// (conv.h). The attention is PARATRAIN_CUDA_ATTENTION's form:
+//   gemm (the default): batched f32 GEMMs over every head (kernels/attention_by_gemm.h);
+//   gemm-bf16: the same, bf16 with bf16 products on tensor cores;
+//   flash: bf16 by the fused flash kernels on tensor cores (flash_attention.cu; shapes they
+//     do not take run as gemm-bf16), f32 as gemm;
+//   tiles: attention.cu's one-kernel f32 tiles.
+// softmax_row_max and softmax_row_exp_sum return a host float per row and have no CUDA
+// kernel (NoKernelError).
 #include "kernels/cuda/conv.h"
 #include "kernels/cuda/layers.h"
 #include "kernels/cuda/register.h"
@@ -29,14 +32,31 @@ void gemm_attention_backward(void* dqkv, const void* dout, const void* qkv, cons
   attention_by_gemm_backward<Device::CUDA, T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH, 0, Half);
 }
 
+// The flash kernels in the bf16 tables' signatures; what they do not take (head size, C,
+// alignment: layers.h) runs as the GEMM attention with bf16 products, the same rounding of P
+// and dS, whose lse either backward reads.
+void flash_attention_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+  if (!attention_forward_flash_bf16(static_cast<uint16_t*>(out), static_cast<float*>(lse),
+                                    static_cast<const uint16_t*>(qkv), B, Tn, C, NH))
+    gemm_attention_forward<DType::BF16, true>(out, lse, qkv, B, Tn, C, NH);
+}
+void flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
+                              int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+  if (!attention_backward_flash_bf16(static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout),
+                                     static_cast<const uint16_t*>(qkv), static_cast<const uint16_t*>(out),
+                                     static_cast<const float*>(lse), B, Tn, C, NH))
+    gemm_attention_backward<DType::BF16, true>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
+}
+
 // PARATRAIN_CUDA_ATTENTION: which attention the tables hold.
-enum class AttentionForm { kGemm, kGemmBf16Products, kTiles };
+enum class AttentionForm { kFlash, kGemm, kGemmBf16Products, kTiles };
 AttentionForm attention_form() {
   const std::string v = env::get_string("PARATRAIN_CUDA_ATTENTION");
+  if (v == "flash") return AttentionForm::kFlash;
   if (v == "gemm") return AttentionForm::kGemm;
   if (v == "gemm-bf16") return AttentionForm::kGemmBf16Products;
   if (v == "tiles") return AttentionForm::kTiles;
-  PT_THROW(InputError, "PARATRAIN_CUDA_ATTENTION='", v, "': use gemm, gemm-bf16 or tiles");
+  PT_THROW(InputError, "PARATRAIN_CUDA_ATTENTION='", v, "': use flash, gemm, gemm-bf16 or tiles");
 }
 
 }  // namespace
@@ -55,6 +75,12 @@ void register_layer_kernels(Registry& r) {
   r.crossentropy_backward.set(G, F, erase<&cuda::crossentropy_backward>);
   r.crossentropy_backward.set(G, BF, erase<&cuda::crossentropy_backward_bf16>);
   switch (attention_form()) {
+    case AttentionForm::kFlash:
+      r.attention_forward.set(G, F, &gemm_attention_forward<F>);
+      r.attention_forward.set(G, BF, &flash_attention_forward);
+      r.attention_backward.set(G, F, &gemm_attention_backward<F>);
+      r.attention_backward.set(G, BF, &flash_attention_backward);
+      break;
     case AttentionForm::kTiles:
       r.attention_forward.set(G, F, erase<&cuda::attention_forward>);
       r.attention_forward.set(G, BF, erase<&cuda::attention_forward_bf16>);

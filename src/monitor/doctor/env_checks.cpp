@@ -42,7 +42,7 @@ const std::map<std::string, Rule>& rules() {
       {"PARATRAIN_SLOW_RANK_LAG", {Kind::kNumber, 0}},
       {"PARATRAIN_LOG", {Kind::kLogSpec}},
       {"PARATRAIN_DEBUG", {Kind::kChoice, 0, {"detail", "off", "0"}}},
-      {"PARATRAIN_CUDA_ATTENTION", {Kind::kChoice, 0, {"gemm", "gemm-bf16", "tiles"}}},
+      {"PARATRAIN_CUDA_ATTENTION", {Kind::kChoice, 0, {"flash", "gemm", "gemm-bf16", "tiles"}}},
       {"PARATRAIN_SIMULATE_SLOWDOWN", {Kind::kRankPair}},
       {"PARATRAIN_TEST_KILL_IN_SAVE", {Kind::kRankPair}},
       {"PARATRAIN_TEST_INJECT_INF", {Kind::kRankPair}},

@@ -1,0 +1,401 @@
+// The fused causal attention on tensor cores (flash_attention.cu), bf16 q/k/v: FlashAttention-2's
+// forward (one kernel) and backward (three, below), no score matrix in global memory.
+//
+// A block of 128 threads (4 warps) owns 64 query rows of one (batch, head); warp w owns rows
+// 16w..16w+15 of them. For each tile of 64 keys up to the diagonal:
+//   1. the block loads the tile's K and V (bf16, 16-byte loads) into shared memory;
+//   2. each warp computes its 16 x 64 scores S = Q K^T with WMMA (bf16 x bf16 into f32), one
+//      16 x 16 fragment at a time, and stores them to shared memory;
+//   3. two threads per query row (lanes 2r, 2r+1 of a warp, 32 keys each) scale and mask the
+//      row, update its running max m and sum l online, write P = exp(s - m) rounded to bf16
+//      (as FlashAttention rounds P before P V), and rescale the row's f32 output by
+//      exp(m_old - m);
+//   4. each warp adds P V (WMMA, bf16 x bf16 into f32) to its rows' output in shared memory.
+// At the end the output is divided by l, rounded to bf16 and written to (B,T,C); lse = m +
+// log l (natural log, the scores already scaled: the CPU's convention). Rows past T compute
+// nothing that is written.
+//
+// Shared memory (dynamic, HS the head size, 64 or 128): Q, K, V tiles bf16 (64 x HS, row
+// stride HS + 16), S f32 (64 x 64, stride 72), P bf16 (64 x 64, stride 80), O f32 (64 x HS,
+// stride HS + 8). Every WMMA pointer is 32-byte aligned and every leading dimension a multiple
+// of 8 (bf16) or 4 (f32), as WMMA requires.
+//
+// This file holds only the kernels, so that they can be compiled on the host over an emulation
+// of the CUDA built-ins they use (threadIdx, __syncthreads, __shfl_xor_sync, wmma, the bf16
+// conversions) to run its arithmetic without a GPU. The includer provides
+// bf16_bits_to_float(uint16_t), float_to_bf16_bits(float) (round to nearest even, NaN kept)
+// and the wmma namespace.
+#pragma once
+
+namespace paratrain::kernels::cuda::flash {
+// Internal linkage: each includer (flash_attention.cu, and the CPU emulation in
+// tests/kernels/flash_attention_emulated_test.cpp) has its own kernels, never the other's.
+namespace {
+
+constexpr int kRows = 64;     // query rows per block
+constexpr int kKeys = 64;     // keys per tile
+constexpr int kThreads = 128;  // 4 warps
+constexpr int kLdS = kKeys + 8, kLdP = kKeys + 16;
+
+template <int HS>
+struct Layout {
+  static constexpr int kLdQ = HS + 16, kLdO = HS + 8;
+  static constexpr int kQ = 0;                                   // bf16 offsets in bytes
+  static constexpr int kK = kQ + kRows * kLdQ * 2;
+  static constexpr int kV = kK + kKeys * kLdQ * 2;
+  static constexpr int kS = kV + kKeys * kLdQ * 2;              // f32
+  static constexpr int kP = kS + kRows * kLdS * 4;              // bf16
+  static constexpr int kO = kP + kRows * kLdP * 2;              // f32
+  static constexpr int kBytes = kO + kRows * kLdO * 4;
+  static_assert(kK % 32 == 0 && kV % 32 == 0 && kS % 32 == 0 && kP % 32 == 0 && kO % 32 == 0, "aligned parts");
+};
+
+// rows [r0, r0 + 64) of one head part (q, k or v: `part` 0, 1, 2) of (B,T,3C) into a bf16
+// tile with row stride ld; rows at or past T are zeros. 8 bf16 (16 bytes) per load.
+template <int HS>
+__device__ __forceinline__ void load_tile(__nv_bfloat16* tile, int ld, const uint16_t* qkv, int64_t b, int64_t T,
+                                          int64_t C, int h, int part, int64_t r0) {
+  constexpr int kVecs = HS / 8;  // 16-byte vectors per row
+  for (int e = threadIdx.x; e < kRows * kVecs; e += kThreads) {
+    const int r = e / kVecs, c = (e % kVecs) * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    const int64_t t = r0 + r;
+    if (t < T) v = *reinterpret_cast<const uint4*>(qkv + (b * T + t) * 3 * C + part * C + h * HS + c);
+    *reinterpret_cast<uint4*>(tile + r * ld + c) = v;
+  }
+}
+
+template <int HS>
+__global__ void __launch_bounds__(kThreads)
+    flash_forward_kernel(uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T, int64_t C, int NH,
+                         float scale) {
+  using L = Layout<HS>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  auto* Qs = reinterpret_cast<__nv_bfloat16*>(smem + L::kQ);
+  auto* Ks = reinterpret_cast<__nv_bfloat16*>(smem + L::kK);
+  auto* Vs = reinterpret_cast<__nv_bfloat16*>(smem + L::kV);
+  auto* Ss = reinterpret_cast<float*>(smem + L::kS);
+  auto* Ps = reinterpret_cast<__nv_bfloat16*>(smem + L::kP);
+  auto* Os = reinterpret_cast<float*>(smem + L::kO);
+
+  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t bh = blockIdx.y, b = bh / NH;
+  const int h = static_cast<int>(bh % NH);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = threadIdx.x / 2, half = threadIdx.x % 2;  // the softmax's row and half of it
+  const int64_t q = q0 + row;
+
+  load_tile<HS>(Qs, L::kLdQ, qkv, b, T, C, h, 0, q0);
+  for (int e = threadIdx.x; e < kRows * HS; e += kThreads) Os[(e / HS) * L::kLdO + e % HS] = 0.0f;
+  float m = -INFINITY, l = 0.0f;  // the row's running max and sum (both threads of a row)
+
+  const int64_t key_end = q0 + kRows < T ? q0 + kRows : T;  // keys past the block's last row are masked
+  for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
+    __syncthreads();  // the previous tile's P V is done with K, V, P
+    load_tile<HS>(Ks, L::kLdQ, qkv, b, T, C, h, 1, k0);
+    load_tile<HS>(Vs, L::kLdQ, qkv, b, T, C, h, 2, k0);
+    __syncthreads();
+
+    // 2. S (16 x 64 per warp) = Q K^T
+    for (int n = 0; n < kKeys / 16; ++n) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+      for (int k = 0; k < HS / 16; ++k) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> kt;  // K^T: K row-major
+        wmma::load_matrix_sync(a, Qs + (warp * 16) * L::kLdQ + k * 16, L::kLdQ);
+        wmma::load_matrix_sync(kt, Ks + (n * 16) * L::kLdQ + k * 16, L::kLdQ);
+        wmma::mma_sync(acc, a, kt, acc);
+      }
+      wmma::store_matrix_sync(Ss + (warp * 16) * kLdS + n * 16, acc, kLdS, wmma::mem_row_major);
+    }
+    __syncthreads();
+
+    // 3. the online softmax of row `row`, keys half*32 .. half*32 + 31 of the tile
+    float s[32];
+    float tile_max = -INFINITY;
+    for (int j = 0; j < 32; ++j) {
+      const int64_t key = k0 + half * 32 + j;
+      s[j] = key <= q && key < T ? Ss[row * kLdS + half * 32 + j] * scale : -INFINITY;
+      tile_max = fmaxf(tile_max, s[j]);
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    const float m_new = fmaxf(m, tile_max);
+    // A row with no key yet (past T, or nothing unmasked so far) keeps m = -inf and adds 0.
+    const float alpha = m_new == -INFINITY ? 1.0f : expf(m - m_new);
+    float sum = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      const float p = m_new == -INFINITY ? 0.0f : expf(s[j] - m_new);
+      sum += p;
+      Ps[row * kLdP + half * 32 + j] = __float2bfloat16_rn(p);
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    l = l * alpha + sum;
+    m = m_new;
+    for (int d = half * (HS / 2); d < (half + 1) * (HS / 2); ++d) Os[row * L::kLdO + d] *= alpha;
+    __syncthreads();
+
+    // 4. O (16 x HS per warp) += P V
+    for (int n = 0; n < HS / 16; ++n) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      float* o = Os + (warp * 16) * L::kLdO + n * 16;
+      wmma::load_matrix_sync(acc, o, L::kLdO, wmma::mem_row_major);
+      for (int k = 0; k < kKeys / 16; ++k) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> p;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> v;
+        wmma::load_matrix_sync(p, Ps + (warp * 16) * kLdP + k * 16, kLdP);
+        wmma::load_matrix_sync(v, Vs + (k * 16) * L::kLdQ + n * 16, L::kLdQ);
+        wmma::mma_sync(acc, p, v, acc);
+      }
+      wmma::store_matrix_sync(o, acc, L::kLdO, wmma::mem_row_major);
+    }
+  }
+  __syncthreads();
+
+  // out (B,T,C) at [b, q, h*HS + d] = O / l, rounded to bf16; lse = m + log l
+  if (q < T) {
+    const float inv = 1.0f / l;
+    uint16_t* dst = out + (b * T + q) * C + h * HS;
+    for (int d = half * (HS / 2); d < (half + 1) * (HS / 2); ++d)
+      dst[d] = float_to_bf16_bits(Os[row * L::kLdO + d] * inv);
+    if (half == 0 && lse) lse[bh * T + q] = m + logf(l);
+  }
+  (void)lane;
+}
+
+// ---- backward ----
+// Two kernels, so that every element of dqkv has one writer (no atomics: the same bits every
+// run), each recomputing P = exp(scale S - lse) and dP = dO V^T from the forward's lse:
+//   keys:    a block per 64 keys of one (batch, head), warp w owning keys 16w..16w+15, over the
+//            query tiles from the diagonal on: S^T = K Q^T and dP^T = V dO^T (WMMA), then
+//            P^T and dS^T = P^T (dP^T - D) rounded to bf16, then dV += P^T dO and
+//            dK += dS^T Q in WMMA accumulators held across the loop; dqkv's k, v parts +=
+//            scale dK, dV;
+//   queries: a block per 64 queries, warp w owning queries 16w..16w+15, over the key tiles up
+//            to the diagonal: S = Q K^T, dP = dO V^T, dS = P (dP - D) rounded to bf16,
+//            dQ += dS K; dqkv's q part += scale dQ.
+// D = rowsum(dO * O) per query row comes first (rowdot_kernel, f32).
+
+// D[bh T + t] = sum_d dO[b,t,h,d] O[b,t,h,d]: a warp per row.
+__global__ void rowdot_kernel(float* D, const uint16_t* dout, const uint16_t* out, int64_t B, int64_t T, int64_t C,
+                              int NH) {
+  const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= B * NH * T) return;  // whole warps leave together (the block is a multiple of 32)
+  const int64_t bh = r / T, t = r % T, b = bh / NH, h = bh % NH, hs = C / NH;
+  const uint16_t* o = out + (b * T + t) * C + h * hs;
+  const uint16_t* d = dout + (b * T + t) * C + h * hs;
+  float s = 0.0f;
+  for (int64_t i = lane; i < hs; i += 32) s += bf16_bits_to_float(d[i]) * bf16_bits_to_float(o[i]);
+  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+  if (lane == 0) D[r] = s;
+}
+
+template <int HS>
+struct BackwardLayout {
+  static constexpr int kLdT = HS + 16, kLdA = HS + 8;           // bf16 tiles; f32 results
+  static constexpr int kTileBytes = kRows * kLdT * 2;
+  static constexpr int kA = 0, kB = kA + kTileBytes, kC = kB + kTileBytes, kD = kC + kTileBytes;  // 4 bf16 tiles
+  static constexpr int kS = kD + kTileBytes;                     // f32 64 x 64 (S or S^T)
+  static constexpr int kdP = kS + kRows * kLdS * 4;              // f32 64 x 64 (dP or dP^T)
+  static constexpr int kP16 = kdP + kRows * kLdS * 4;            // bf16 64 x 64
+  static constexpr int kdS16 = kP16 + kRows * kLdP * 2;          // bf16 64 x 64
+  static constexpr int kRowStats = kdS16 + kRows * kLdP * 2;     // f32 lse[64], D[64]
+  static constexpr int kAcc = kRowStats + 2 * kRows * 4;         // f32 64 x HS staging of the result
+  static constexpr int kBytes = kAcc + kRows * kLdA * 4;
+  static_assert(kS % 32 == 0 && kdP % 32 == 0 && kP16 % 32 == 0 && kdS16 % 32 == 0 && kAcc % 32 == 0, "aligned");
+};
+
+// dqkv[part] (B,T,3C) rows [r0, r0 + 64) of head h += scale * acc (f32 64 x HS, stride ld).
+template <int HS>
+__device__ __forceinline__ void add_tile(uint16_t* dqkv, const float* acc, int ld, float scale, int64_t b, int64_t T,
+                                         int64_t C, int h, int part, int64_t r0) {
+  for (int e = threadIdx.x; e < kRows * HS; e += kThreads) {
+    const int r = e / HS, d = e % HS;
+    const int64_t t = r0 + r;
+    if (t >= T) continue;
+    uint16_t* x = dqkv + (b * T + t) * 3 * C + part * C + h * HS + d;
+    *x = float_to_bf16_bits(bf16_bits_to_float(*x) + scale * acc[r * ld + d]);
+  }
+}
+
+// The warp's 16 rows (of 64) of X Y^T: X, Y bf16 64 x HS tiles (stride ld), into f32 out
+// (64 x 64, stride kLdS).
+template <int HS>
+__device__ __forceinline__ void rows_times_transposed(float* out, const __nv_bfloat16* X, const __nv_bfloat16* Y,
+                                                      int ld, int warp) {
+  for (int n = 0; n < kKeys / 16; ++n) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int k = 0; k < HS / 16; ++k) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> bt;
+      wmma::load_matrix_sync(a, X + (warp * 16) * ld + k * 16, ld);
+      wmma::load_matrix_sync(bt, Y + (n * 16) * ld + k * 16, ld);
+      wmma::mma_sync(acc, a, bt, acc);
+    }
+    wmma::store_matrix_sync(out + (warp * 16) * kLdS + n * 16, acc, kLdS, wmma::mem_row_major);
+  }
+}
+
+// acc[n] (the warp's 16 rows x HS) += M (its 16 rows of a bf16 64 x 64, stride kLdP) Y (bf16
+// 64 x HS, stride ld).
+template <int HS>
+__device__ __forceinline__ void accumulate_product(wmma::fragment<wmma::accumulator, 16, 16, 16, float>* acc,
+                                                   const __nv_bfloat16* M, const __nv_bfloat16* Y, int ld, int warp) {
+  for (int n = 0; n < HS / 16; ++n)
+    for (int k = 0; k < kKeys / 16; ++k) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> y;
+      wmma::load_matrix_sync(a, M + (warp * 16) * kLdP + k * 16, kLdP);
+      wmma::load_matrix_sync(y, Y + (k * 16) * ld + n * 16, ld);
+      wmma::mma_sync(acc[n], a, y, acc[n]);
+    }
+}
+
+template <int HS>
+__device__ __forceinline__ void store_rows(float* stage, int ld, wmma::fragment<wmma::accumulator, 16, 16, 16, float>* acc,
+                                           int warp) {
+  for (int n = 0; n < HS / 16; ++n)
+    wmma::store_matrix_sync(stage + (warp * 16) * ld + n * 16, acc[n], ld, wmma::mem_row_major);
+}
+
+// The query side of a tile for the backward: dO's rows [q0, q0 + 64) of head h (from dout
+// (B,T,C), zero past T) into a bf16 tile of stride ld, and those rows' lse and D (0 past T).
+template <int HS>
+__device__ __forceinline__ void load_query_rows(__nv_bfloat16* dOs, int ld, float* lse_s, float* D_s,
+                                                const uint16_t* dout, const float* lse, const float* D, int64_t b,
+                                                int64_t bh, int64_t T, int64_t C, int h, int64_t q0) {
+  for (int e = threadIdx.x; e < kRows * (HS / 8); e += kThreads) {
+    const int r = e / (HS / 8), c = (e % (HS / 8)) * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (q0 + r < T) v = *reinterpret_cast<const uint4*>(dout + (b * T + q0 + r) * C + h * HS + c);
+    *reinterpret_cast<uint4*>(dOs + r * ld + c) = v;
+  }
+  if (threadIdx.x < kRows) {
+    const int64_t q = q0 + threadIdx.x;
+    lse_s[threadIdx.x] = q < T ? lse[bh * T + q] : 0.0f;
+    D_s[threadIdx.x] = q < T ? D[bh * T + q] : 0.0f;
+  }
+}
+
+// A block per (64 keys, batch-head): dK and dV.
+template <int HS>
+__global__ void __launch_bounds__(kThreads)
+    flash_backward_keys_kernel(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const float* lse,
+                               const float* D, int64_t B, int64_t T, int64_t C, int NH, float scale) {
+  using L = BackwardLayout<HS>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  auto* Ks = reinterpret_cast<__nv_bfloat16*>(smem + L::kA);
+  auto* Vs = reinterpret_cast<__nv_bfloat16*>(smem + L::kB);
+  auto* Qs = reinterpret_cast<__nv_bfloat16*>(smem + L::kC);
+  auto* dOs = reinterpret_cast<__nv_bfloat16*>(smem + L::kD);
+  auto* St = reinterpret_cast<float*>(smem + L::kS);     // S^T: keys x queries
+  auto* dPt = reinterpret_cast<float*>(smem + L::kdP);   // dP^T
+  auto* Pt16 = reinterpret_cast<__nv_bfloat16*>(smem + L::kP16);
+  auto* dSt16 = reinterpret_cast<__nv_bfloat16*>(smem + L::kdS16);
+  auto* lse_s = reinterpret_cast<float*>(smem + L::kRowStats);
+  float* D_s = lse_s + kRows;
+  auto* stage = reinterpret_cast<float*>(smem + L::kAcc);
+
+  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kKeys;
+  const int64_t bh = blockIdx.y, b = bh / NH;
+  const int h = static_cast<int>(bh % NH);
+  const int warp = threadIdx.x / 32;
+
+  load_tile<HS>(Ks, L::kLdT, qkv, b, T, C, h, 1, k0);
+  load_tile<HS>(Vs, L::kLdT, qkv, b, T, C, h, 2, k0);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> dK[HS / 16], dV[HS / 16];
+  for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dK[n], 0.0f), wmma::fill_fragment(dV[n], 0.0f);
+
+  for (int64_t q0 = k0; q0 < T; q0 += kRows) {  // query tiles from the diagonal (kRows == kKeys)
+    __syncthreads();  // the previous tile's products are done with Q, dO, P^T, dS^T
+    load_tile<HS>(Qs, L::kLdT, qkv, b, T, C, h, 0, q0);
+    load_query_rows<HS>(dOs, L::kLdT, lse_s, D_s, dout, lse, D, b, bh, T, C, h, q0);
+    __syncthreads();
+    rows_times_transposed<HS>(St, Ks, Qs, L::kLdT, warp);    // S^T = K Q^T
+    rows_times_transposed<HS>(dPt, Vs, dOs, L::kLdT, warp);  // dP^T = V dO^T
+    __syncthreads();
+    for (int e = threadIdx.x; e < kKeys * kRows; e += kThreads) {
+      const int i = e / kRows, j = e % kRows;  // key i, query j of the tiles
+      const int64_t key = k0 + i, q = q0 + j;
+      float p = 0.0f, ds = 0.0f;
+      if (key <= q && q < T) {
+        p = expf(St[i * kLdS + j] * scale - lse_s[j]);
+        ds = p * (dPt[i * kLdS + j] - D_s[j]);
+      }
+      Pt16[i * kLdP + j] = __float2bfloat16_rn(p);
+      dSt16[i * kLdP + j] = __float2bfloat16_rn(ds);
+    }
+    __syncthreads();
+    accumulate_product<HS>(dV, Pt16, dOs, L::kLdT, warp);  // dV += P^T dO
+    accumulate_product<HS>(dK, dSt16, Qs, L::kLdT, warp);  // dK += dS^T Q
+  }
+  __syncthreads();
+  store_rows<HS>(stage, L::kLdA, dK, warp);
+  __syncthreads();
+  add_tile<HS>(dqkv, stage, L::kLdA, scale, b, T, C, h, 1, k0);
+  __syncthreads();
+  store_rows<HS>(stage, L::kLdA, dV, warp);
+  __syncthreads();
+  add_tile<HS>(dqkv, stage, L::kLdA, 1.0f, b, T, C, h, 2, k0);
+}
+
+// A block per (64 queries, batch-head): dQ.
+template <int HS>
+__global__ void __launch_bounds__(kThreads)
+    flash_backward_queries_kernel(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const float* lse,
+                                  const float* D, int64_t B, int64_t T, int64_t C, int NH, float scale) {
+  using L = BackwardLayout<HS>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  auto* Qs = reinterpret_cast<__nv_bfloat16*>(smem + L::kA);
+  auto* dOs = reinterpret_cast<__nv_bfloat16*>(smem + L::kB);
+  auto* Ks = reinterpret_cast<__nv_bfloat16*>(smem + L::kC);
+  auto* Vs = reinterpret_cast<__nv_bfloat16*>(smem + L::kD);
+  auto* Ss = reinterpret_cast<float*>(smem + L::kS);
+  auto* dPs = reinterpret_cast<float*>(smem + L::kdP);
+  auto* dS16 = reinterpret_cast<__nv_bfloat16*>(smem + L::kdS16);
+  auto* lse_s = reinterpret_cast<float*>(smem + L::kRowStats);
+  float* D_s = lse_s + kRows;
+  auto* stage = reinterpret_cast<float*>(smem + L::kAcc);
+
+  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t bh = blockIdx.y, b = bh / NH;
+  const int h = static_cast<int>(bh % NH);
+  const int warp = threadIdx.x / 32;
+
+  load_tile<HS>(Qs, L::kLdT, qkv, b, T, C, h, 0, q0);
+  load_query_rows<HS>(dOs, L::kLdT, lse_s, D_s, dout, lse, D, b, bh, T, C, h, q0);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> dQ[HS / 16];
+  for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dQ[n], 0.0f);
+
+  const int64_t key_end = q0 + kRows < T ? q0 + kRows : T;
+  for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
+    __syncthreads();  // the previous tile's dS K is done with K, dS
+    load_tile<HS>(Ks, L::kLdT, qkv, b, T, C, h, 1, k0);
+    load_tile<HS>(Vs, L::kLdT, qkv, b, T, C, h, 2, k0);
+    __syncthreads();
+    rows_times_transposed<HS>(Ss, Qs, Ks, L::kLdT, warp);    // S = Q K^T
+    rows_times_transposed<HS>(dPs, dOs, Vs, L::kLdT, warp);  // dP = dO V^T
+    __syncthreads();
+    for (int e = threadIdx.x; e < kRows * kKeys; e += kThreads) {
+      const int i = e / kKeys, j = e % kKeys;  // query i, key j of the tiles
+      const int64_t q = q0 + i, key = k0 + j;
+      float ds = 0.0f;
+      if (key <= q && q < T) {
+        const float p = expf(Ss[i * kLdS + j] * scale - lse_s[i]);
+        ds = p * (dPs[i * kLdS + j] - D_s[i]);
+      }
+      dS16[i * kLdP + j] = __float2bfloat16_rn(ds);
+    }
+    __syncthreads();
+    accumulate_product<HS>(dQ, dS16, Ks, L::kLdT, warp);  // dQ += dS K
+  }
+  __syncthreads();
+  store_rows<HS>(stage, L::kLdA, dQ, warp);
+  __syncthreads();
+  add_tile<HS>(dqkv, stage, L::kLdA, scale, b, T, C, h, 0, q0);
+}
+
+}  // namespace
+}  // namespace paratrain::kernels::cuda::flash

@@ -1,0 +1,232 @@
+// The flash attention kernels (kernels/cuda/flash_attention_kernel.cuh) run on the CPU over an
+// emulation of the CUDA built-ins they use: every CUDA thread of a block is a host thread,
+// __syncthreads a barrier, __shfl_xor_sync an exchange through memory between two barriers,
+// WMMA fragments 16 x 16 arrays that every lane of a warp computes alike (lane 0 stores them),
+// with WMMA's alignment (32 bytes) and leading-dimension rules checked. Forward, D and the two
+// backward kernels against a double-precision causal attention of the same bf16 inputs: out
+// within 1.5e-2 of 1 + |out|, lse within 1e-3, each of dq, dk, dv within 2e-2 relative L2 (P
+// and dS are rounded to bf16 before their products, as FlashAttention rounds them). Head sizes
+// 64 and 128, one key, partial and several tiles, several batches and heads. This checks the
+// kernels' indexing, masking, online softmax and tile loops on every machine; the launch, the
+// hardware's WMMA and its memory model only a GPU checks (tests/gpu/layer_kernels_test.cpp).
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(x)
+#define __shared__
+#define __align__(n)
+
+namespace {  // the emulation: found by the kernels' unqualified names
+
+struct Dim { unsigned x = 0, y = 0, z = 0; };
+thread_local Dim threadIdx, blockIdx;
+Dim blockDim;
+std::barrier<>* g_bar;
+inline void __syncthreads() { g_bar->arrive_and_wait(); }
+float g_xch[1024];
+inline float __shfl_xor_sync(unsigned, float v, int o) {
+  g_xch[threadIdx.x] = v;
+  __syncthreads();
+  float r = g_xch[threadIdx.x ^ o];
+  __syncthreads();
+  return r;
+}
+struct uint4 { uint32_t x, y, z, w; };
+inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return {a, b, c, d}; }
+struct __nv_bfloat16 { uint16_t bits; };
+inline uint16_t rne(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return u >> 16;
+}
+inline float bf(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; std::memcpy(&f, &u, 4); return f; }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {rne(f)}; }
+
+namespace wmma {
+struct matrix_a {}; struct matrix_b {}; struct accumulator {}; struct row_major {}; struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+template <typename Use, int M, int N, int K, typename T, typename L = void>
+struct fragment { float v[16][16]; };
+inline void check(const void* p, unsigned ldm, int es) {
+  if (reinterpret_cast<uintptr_t>(p) % 32 != 0) { std::fprintf(stderr, "unaligned wmma pointer\n"); std::abort(); }
+  if (ldm % (16 / es) != 0) { std::fprintf(stderr, "bad ldm %u\n", ldm); std::abort(); }
+}
+template <typename Use, typename L>
+void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, L>& f, const __nv_bfloat16* p, unsigned ldm) {
+  check(p, ldm, 2);
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j)  // element (row i, col j) of the 16x16 operand
+      f.v[i][j] = bf(std::is_same_v<L, wmma::row_major> ? p[i * ldm + j].bits : p[i + j * ldm].bits);
+}
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p, unsigned ldm, layout_t) {
+  check(p, ldm, 4);
+  for (int i = 0; i < 16; ++i) for (int j = 0; j < 16; ++j) f.v[i][j] = p[i * ldm + j];
+}
+inline void fill_fragment(fragment<accumulator, 16, 16, 16, float>& f, float x) {
+  for (auto& r : f.v) for (float& e : r) e = x;
+}
+template <typename LA, typename LB>
+void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA>& a,
+              const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB>& b,
+              const fragment<accumulator, 16, 16, 16, float>& c) {
+  fragment<accumulator, 16, 16, 16, float> r;
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j) {
+      float s = c.v[i][j];
+      for (int k = 0; k < 16; ++k) s += a.v[i][k] * b.v[k][j];
+      r.v[i][j] = s;
+    }
+  d = r;
+}
+inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f, unsigned ldm, layout_t) {
+  check(p, ldm, 4);
+  if (threadIdx.x % 32 != 0) return;
+  for (int i = 0; i < 16; ++i) for (int j = 0; j < 16; ++j) p[i * ldm + j] = f.v[i][j];
+}
+}  // namespace wmma
+
+
+}  // namespace
+
+namespace paratrain::kernels::cuda::flash {
+namespace {  // the header's unnamed namespace, where the kernels' `extern __shared__ smem` looks
+alignas(128) unsigned char smem[1 << 18];  // the block's dynamic shared memory (one block at a time)
+}  // namespace
+inline uint16_t float_to_bf16_bits(float f) { return rne(f); }
+inline float bf16_bits_to_float(uint16_t b) { return bf(b); }
+}  // namespace paratrain::kernels::cuda::flash
+
+#include "kernels/cuda/flash_attention_kernel.cuh"
+
+namespace {
+using namespace paratrain::kernels::cuda;
+
+// Runs f as a grid (gx, gy) of blocks of `block` threads, one block after another.
+template <typename F>
+void launch(unsigned gx, unsigned gy, unsigned block, F&& f) {
+  std::barrier<> bar(block);
+  g_bar = &bar;
+  blockDim.x = block;
+  for (unsigned by = 0; by < gy; ++by)
+    for (unsigned bx = 0; bx < gx; ++bx) {
+      std::vector<std::thread> ts;
+      for (unsigned t = 0; t < block; ++t)
+        ts.emplace_back([&, t] {
+          threadIdx.x = t;
+          blockIdx.x = bx, blockIdx.y = by;
+          f();
+        });
+      for (auto& th : ts) th.join();
+    }
+}
+
+template <int HS>
+void check_case(int64_t B, int64_t T, int64_t NH, uint32_t seed) {
+  SCOPED_TRACE("HS=" + std::to_string(HS) + " B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH));
+  const int64_t C = NH * HS, BH = B * NH;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<uint16_t> qkv(B * T * 3 * C), dout(B * T * C), dqkv(B * T * 3 * C);
+  for (auto& x : qkv) x = rne(nd(rng) * 1.5f);
+  for (auto& x : dout) x = rne(nd(rng));
+  for (auto& x : dqkv) x = rne(nd(rng) * 0.05f);
+  const std::vector<uint16_t> dqkv0 = dqkv;
+  std::vector<uint16_t> out(B * T * C, 0xffff);
+  std::vector<float> lse(BH * T, -1), D(BH * T, -7);
+  const float scale = 1.0f / std::sqrt(float(HS));
+  const unsigned tiles = (T + 63) / 64;
+  launch(tiles, BH, flash::kThreads, [&] {
+    flash::flash_forward_kernel<HS>(out.data(), lse.data(), qkv.data(), B, T, C, int(NH), scale);
+  });
+  launch(BH * T, 1, 32, [&] { flash::rowdot_kernel(D.data(), dout.data(), out.data(), B, T, C, int(NH)); });
+  launch(tiles, BH, flash::kThreads, [&] {
+    flash::flash_backward_keys_kernel<HS>(dqkv.data(), dout.data(), qkv.data(), lse.data(), D.data(), B, T, C,
+                                          int(NH), scale);
+  });
+  launch(tiles, BH, flash::kThreads, [&] {
+    flash::flash_backward_queries_kernel<HS>(dqkv.data(), dout.data(), qkv.data(), lse.data(), D.data(), B, T, C,
+                                             int(NH), scale);
+  });
+  // double references from the bf16 inputs
+  double worst = 0, worst_lse = 0, worst_D = 0;
+  std::vector<double> want(B * T * 3 * C, 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h) {
+      auto at = [&](int64_t tt, int part, int64_t d) { return double(bf(qkv[(b * T + tt) * 3 * C + part * C + h * HS + d])); };
+      auto g = [&](int64_t tt, int64_t d) { return double(bf(dout[(b * T + tt) * C + h * HS + d])); };
+      auto W = [&](int64_t tt, int part, int64_t d) -> double& { return want[(b * T + tt) * 3 * C + part * C + h * HS + d]; };
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<double> s(t + 1);
+        double mx = -1e300;
+        for (int64_t j = 0; j <= t; ++j) {
+          double dot = 0;
+          for (int d = 0; d < HS; ++d) dot += at(t, 0, d) * at(j, 1, d);
+          s[j] = dot * scale;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (auto& v : s) sum += (v = std::exp(v - mx));
+        for (auto& v : s) v /= sum;  // P
+        worst_lse = std::max(worst_lse, std::fabs(lse[(b * NH + h) * T + t] - (mx + std::log(sum))));
+        double Dt = 0;
+        for (int d = 0; d < HS; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j <= t; ++j) o += s[j] * at(j, 2, d);
+          worst = std::max(worst, std::fabs(bf(out[(b * T + t) * C + h * HS + d]) - o) / (1 + std::fabs(o)));
+          Dt += g(t, d) * bf(out[(b * T + t) * C + h * HS + d]);
+        }
+        worst_D = std::max(worst_D, std::fabs(D[(b * NH + h) * T + t] - Dt) / (1 + std::fabs(Dt)));
+        for (int64_t j = 0; j <= t; ++j) {
+          double dp = 0;
+          for (int d = 0; d < HS; ++d) dp += g(t, d) * at(j, 2, d);
+          const double ds = s[j] * (dp - Dt);
+          for (int d = 0; d < HS; ++d) {
+            W(t, 0, d) += scale * ds * at(j, 1, d);
+            W(j, 1, d) += scale * ds * at(t, 0, d);
+            W(j, 2, d) += s[j] * g(t, d);
+          }
+        }
+      }
+    }
+  double err2[3] = {0, 0, 0}, norm2[3] = {0, 0, 0};
+  for (int64_t i = 0; i < (int64_t)want.size(); ++i) {
+    const int part = (i % (3 * C)) / C;
+    const double got = double(bf(dqkv[i])) - bf(dqkv0[i]);
+    err2[part] += (got - want[i]) * (got - want[i]);
+    norm2[part] += want[i] * want[i];
+  }
+  EXPECT_LT(worst, 1.5e-2) << "out, relative to 1 + |out|";
+  EXPECT_LT(worst_lse, 1e-3) << "lse";
+  EXPECT_LT(worst_D, 1e-4) << "D = rowsum(dO * O)";
+  const char* part_names[3] = {"dq", "dk", "dv"};
+  for (int p = 0; p < 3; ++p) {
+    if (norm2[p] == 0) {  // T == 1: one key per query, so dq = dk = 0 exactly; only rounding is left
+      EXPECT_LT(std::sqrt(err2[p] / static_cast<double>(want.size())), 1e-3) << part_names[p] << " (zero)";
+    } else {
+      EXPECT_LT(std::sqrt(err2[p] / norm2[p]), 2e-2) << part_names[p] << ", relative L2";
+    }
+  }
+}
+
+TEST(FlashAttentionEmulated, ForwardAndBackwardFollowADoublePrecisionAttention) {
+  check_case<64>(1, 1, 1, 1);    // one key
+  check_case<64>(2, 65, 2, 4);   // a full and a partial tile, two batches and heads
+  check_case<128>(1, 70, 1, 6);  // head size 128
+}
+
+}  // namespace
