@@ -121,7 +121,7 @@ def run(rank, args, world, out_q):
         out_q.put({"impl": "pytorch", "model": args.model, "gpus": world, "micro_batch": args.micro_batch,
                    "tokens_per_s": round(tps, 1), "step_ms": round(step_s * 1e3, 3),
                    "mfu": round(fpt * tps / (world * peak * 1e12), 4), "peak_tflops": round(peak, 1),
-                   "peak_mem_bytes": torch.cuda.max_memory_allocated(), "loss": float(loss),
+                   "peak_mem_bytes": torch.cuda.max_memory_allocated(), "loss": float(loss.detach()),
                    "attention": "sdpa" if hasattr(torch.nn.functional, "scaled_dot_product_attention") else "unfused",
                    "torch": torch.__version__})
     if world > 1:
