@@ -93,8 +93,7 @@ train_paratrain() {
   if [ "$np" -gt 1 ]; then
     cmd=("$BIN" launch --nproc-per-node "$np" -- "${cmd[@]}")
   fi
-  if PARATRAIN_CUDA_ATTENTION=${attn:-${PARATRAIN_CUDA_ATTENTION:-gemm}} timeout 300 "${cmd[@]}" > "$log" 2>&1 &&
-     [ -s "$out" ]; then
+  if env ${attn:+PARATRAIN_CUDA_ATTENTION=$attn} timeout 300 "${cmd[@]}" > "$log" 2>&1 && [ -s "$out" ]; then
     "$PY" - "$out" "$model" "$np" "$impl" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"eval"' not in l]

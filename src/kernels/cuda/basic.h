@@ -12,8 +12,8 @@
 // cannot throw at once: it is recorded on the device and raised as the CPU's InputError at the
 // host's next wait for the GPU (tensor/cuda_device_errors.h), its forward row is NaN and its
 // backward adds nothing. Sums of many terms (bias_backward, gemm) add in another order, so f32
-// results differ by rounding; embedding_backward adds in the CPU's order (its bits). Every
-// kernel gives the same bits from run to run (no atomics).
+// results differ by rounding; embedding_backward adds in the CPU's order (its bits). None adds
+// with atomics: each gives the same bits from run to run.
 // Thread-safety: any thread; calls from several threads on one device are ordered by the
 // compute stream (the reductions hold a per-device lock while they run).
 #pragma once

@@ -112,16 +112,17 @@ void ordered_scatter_add(float* rows, const float* dout, const int32_t* tokens, 
   int end_bit = 1;
   while (end_bit < 31 && (int64_t{1} << end_bit) <= R) ++end_bit;
   cudaStream_t s = detail::stream();
+  auto* ko = static_cast<int32_t*>(keys.data_ptr());
+  auto* po = static_cast<int32_t*>(pos.data_ptr());
+  // CUB's two calls: the scratch size (temp null), then the sort.
   size_t temp_bytes = 0;
-  PT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, ki, static_cast<int32_t*>(keys.data_ptr()), pi,
-                                                static_cast<int32_t*>(pos.data_ptr()), static_cast<int>(N), 0, end_bit,
-                                                s));
+  auto sort = [&](void* temp) {
+    PT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, ki, ko, pi, po, static_cast<int>(N), 0, end_bit, s));
+  };
+  sort(nullptr);
   Tensor temp = Tensor::empty({static_cast<int64_t>(temp_bytes) + 1}, DType::U8, dev);
-  PT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, ki, static_cast<int32_t*>(keys.data_ptr()),
-                                                pi, static_cast<int32_t*>(pos.data_ptr()), static_cast<int>(N), 0,
-                                                end_bit, s));
-  add_runs_in_order<<<static_cast<unsigned>(N), 128, 0, s>>>(rows, dout, static_cast<const int32_t*>(keys.data_ptr()),
-                                                             static_cast<const int32_t*>(pos.data_ptr()), N, R, C);
+  sort(temp.data_ptr());
+  add_runs_in_order<<<static_cast<unsigned>(N), 128, 0, s>>>(rows, dout, ko, po, N, R, C);
   PT_CUDA_CHECK_LAUNCH();
 }
 

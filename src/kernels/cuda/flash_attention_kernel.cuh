@@ -50,19 +50,27 @@ struct Layout {
   static_assert(kK % 32 == 0 && kV % 32 == 0 && kS % 32 == 0 && kP % 32 == 0 && kO % 32 == 0, "aligned parts");
 };
 
-// rows [r0, r0 + 64) of one head part (q, k or v: `part` 0, 1, 2) of (B,T,3C) into a bf16
-// tile with row stride ld; rows at or past T are zeros. 8 bf16 (16 bytes) per load.
+// Rows [r0, r0 + 64) of a (B, T, row_stride) bf16 array, HS columns from `src` (which points at
+// the first of them in row 0 of batch 0), into a bf16 tile with row stride ld; rows at or past
+// T are zeros. 8 bf16 (16 bytes) per load.
 template <int HS>
-__device__ __forceinline__ void load_tile(__nv_bfloat16* tile, int ld, const uint16_t* qkv, int64_t b, int64_t T,
-                                          int64_t C, int h, int part, int64_t r0) {
+__device__ __forceinline__ void load_rows(__nv_bfloat16* tile, int ld, const uint16_t* src, int64_t row_stride,
+                                          int64_t b, int64_t T, int64_t r0) {
   constexpr int kVecs = HS / 8;  // 16-byte vectors per row
   for (int e = threadIdx.x; e < kRows * kVecs; e += kThreads) {
     const int r = e / kVecs, c = (e % kVecs) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
     const int64_t t = r0 + r;
-    if (t < T) v = *reinterpret_cast<const uint4*>(qkv + (b * T + t) * 3 * C + part * C + h * HS + c);
+    if (t < T) v = *reinterpret_cast<const uint4*>(src + (b * T + t) * row_stride + c);
     *reinterpret_cast<uint4*>(tile + r * ld + c) = v;
   }
+}
+
+// Rows [r0, r0 + 64) of head h's part (q, k or v: `part` 0, 1, 2) of qkv (B,T,3C) into a tile.
+template <int HS>
+__device__ __forceinline__ void load_tile(__nv_bfloat16* tile, int ld, const uint16_t* qkv, int64_t b, int64_t T,
+                                          int64_t C, int h, int part, int64_t r0) {
+  load_rows<HS>(tile, ld, qkv + part * C + h * HS, 3 * C, b, T, r0);
 }
 
 template <int HS>
@@ -266,12 +274,7 @@ template <int HS>
 __device__ __forceinline__ void load_query_rows(__nv_bfloat16* dOs, int ld, float* lse_s, float* D_s,
                                                 const uint16_t* dout, const float* lse, const float* D, int64_t b,
                                                 int64_t bh, int64_t T, int64_t C, int h, int64_t q0) {
-  for (int e = threadIdx.x; e < kRows * (HS / 8); e += kThreads) {
-    const int r = e / (HS / 8), c = (e % (HS / 8)) * 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (q0 + r < T) v = *reinterpret_cast<const uint4*>(dout + (b * T + q0 + r) * C + h * HS + c);
-    *reinterpret_cast<uint4*>(dOs + r * ld + c) = v;
-  }
+  load_rows<HS>(dOs, ld, dout + h * HS, C, b, T, q0);
   if (threadIdx.x < kRows) {
     const int64_t q = q0 + threadIdx.x;
     lse_s[threadIdx.x] = q < T ? lse[bh * T + q] : 0.0f;
