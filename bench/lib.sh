@@ -4,9 +4,10 @@
 # /usr/bin/python3 (python3-torch, python3-numpy) first, then python3 on PATH (a GPU machine's
 # image often keeps torch in a virtual environment there); nothing when none does.
 bench_python() {
-  local py
+  local py modules
+  modules=$(IFS=,; echo "$*")  # import a,b
   for py in /usr/bin/python3 "$(command -v python3)"; do
-    if [ -x "$py" ] && "$py" -c "import ${*// /, }" 2> /dev/null; then
+    if [ -x "$py" ] && "$py" -c "import $modules" 2> /dev/null; then
       echo "$py"
       return
     fi

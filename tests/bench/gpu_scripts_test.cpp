@@ -1,0 +1,49 @@
+// The GPU scripts' paths that run without a GPU (bench/gpu_kit.sh, bench/gpu_check.sh,
+// bench/lib.sh's bench_python): usage and missing-kit errors exit 2 naming the problem, a
+// machine without nvidia-smi gets gpu_check.sh's one-line refusal, and bench_python finds a
+// Python that has a module and none for a module nobody has. The GPU runs themselves need a
+// GPU (docs/cuda.md, "Checking on a machine with GPUs").
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "support/run_binary.h"
+
+namespace {
+
+const std::string kRoot = PARATRAIN_SOURCE_DIR;
+
+paratrain::test::CommandResult sh(const std::string& line) {
+  return paratrain::test::run_shell_line("cd " + kRoot + " && timeout 60 bash -c '" + line + "' 2>&1");
+}
+
+TEST(GpuScripts, GpuKitUsageAndAMissingKitExitTwoNamingIt) {
+  auto r = sh("bash bench/gpu_kit.sh");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("usage: bash bench/gpu_kit.sh pack|run [KIT]"), std::string::npos) << r.out;
+  r = sh("bash bench/gpu_kit.sh unpack");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  r = sh("bash bench/gpu_kit.sh run /nonexistent/kit.tar.xz");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("no kit at /nonexistent/kit.tar.xz (make one with: bash bench/gpu_kit.sh pack)"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST(GpuScripts, GpuCheckWithoutAGpuSaysSoAndExitsTwo) {
+  if (sh("command -v nvidia-smi").rc == 0) GTEST_SKIP() << "this machine has nvidia-smi: gpu_check.sh would run";
+  const auto r = sh("bash bench/gpu_check.sh /nonexistent/build");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("gpu_check: no NVIDIA GPU here (nvidia-smi): nothing to check"), std::string::npos) << r.out;
+}
+
+TEST(GpuScripts, BenchPythonFindsAPythonWithTheModulesOrNone) {
+  auto r = sh("source bench/lib.sh && py=$(bench_python json os) && \"$py\" -c \"import json, os; print(42)\"");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out, "42\n");
+  r = sh("source bench/lib.sh && echo \"[$(bench_python json no_such_module_paratrain)]\"");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out, "[]\n");
+}
+
+}  // namespace
