@@ -84,14 +84,46 @@ TEST(KernelDispatch, HalfCrossEntropyIsTheF32KernelOnWidenedLogits) {
       wide[i] = x;
     }
     std::vector<float> loss_h(N), lse_h(N), loss_f(N), lse_f(N), dl(N, 0.25f), dlog_f(N * V);
-    r.crossentropy_forward.at(Device::CPU, t)(loss_h.data(), lse_h.data(), logits.data(), targets.data(), N, V);
-    kernels::cpu::crossentropy_forward(loss_f.data(), lse_f.data(), wide.data(), targets.data(), N, V);
+    r.crossentropy_forward.at(Device::CPU, t)(loss_h.data(), lse_h.data(), logits.data(), targets.data(), N, V, V);
+    kernels::cpu::crossentropy_forward(loss_f.data(), lse_f.data(), wide.data(), targets.data(), N, V, V);
     EXPECT_EQ(loss_h, loss_f) << dtype_name(t);
     EXPECT_EQ(lse_h, lse_f) << dtype_name(t);
-    r.crossentropy_backward.at(Device::CPU, t)(dlog.data(), dl.data(), logits.data(), lse_h.data(), targets.data(), N, V);
-    kernels::cpu::crossentropy_backward(dlog_f.data(), dl.data(), wide.data(), lse_f.data(), targets.data(), N, V);
+    r.crossentropy_backward.at(Device::CPU, t)(dlog.data(), dl.data(), logits.data(), lse_h.data(), targets.data(), N, V, V);
+    kernels::cpu::crossentropy_backward(dlog_f.data(), dl.data(), wide.data(), lse_f.data(), targets.data(), N, V, V);
     for (int64_t i = 0; i < N * V; ++i)
       ASSERT_EQ(dlog[i], t == DType::BF16 ? f32_to_bf16(dlog_f[i]) : f32_to_f16(dlog_f[i])) << dtype_name(t) << " " << i;
+  }
+}
+
+// The same with rows ld > V apart: the compact results, the padding columns untouched.
+TEST(KernelDispatch, HalfCrossEntropyWithARowStride) {
+  const Registry& r = kernels::registry();
+  const int64_t N = 3, V = 37, ld = 64;
+  std::vector<int32_t> targets = {36, kernels::cpu::kIgnoreIndex, 2};
+  for (DType t : {DType::BF16, DType::F16}) {
+    std::vector<uint16_t> compact(N * V), strided(N * ld, 0x7fc0);  // NaN padding: never read
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < V; ++c) {
+        const float x = static_cast<float>((n * V + c) * 31 % 89) / 8.0f - 5.0f;
+        compact[n * V + c] = strided[n * ld + c] = t == DType::BF16 ? f32_to_bf16(x) : f32_to_f16(x);
+      }
+    std::vector<float> loss_c(N), lse_c(N), loss_s(N), lse_s(N), dl = {0.5f, 0.5f, -2.0f};
+    r.crossentropy_forward.at(Device::CPU, t)(loss_c.data(), lse_c.data(), compact.data(), targets.data(), N, V, V);
+    r.crossentropy_forward.at(Device::CPU, t)(loss_s.data(), lse_s.data(), strided.data(), targets.data(), N, V, ld);
+    EXPECT_EQ(loss_s, loss_c) << dtype_name(t);
+    EXPECT_EQ(lse_s, lse_c) << dtype_name(t);
+    std::vector<uint16_t> d_c(N * V), d_s(N * ld, 0x1234);
+    r.crossentropy_backward.at(Device::CPU, t)(d_c.data(), dl.data(), compact.data(), lse_c.data(), targets.data(), N,
+                                               V, V);
+    r.crossentropy_backward.at(Device::CPU, t)(d_s.data(), dl.data(), strided.data(), lse_s.data(), targets.data(), N,
+                                               V, ld);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t c = 0; c < V; ++c) ASSERT_EQ(d_s[n * ld + c], d_c[n * V + c]) << dtype_name(t) << " " << n << "," << c;
+      for (int64_t c = V; c < ld; ++c) ASSERT_EQ(d_s[n * ld + c], 0x1234) << dtype_name(t) << " padding " << n << "," << c;
+    }
+    EXPECT_THROW(r.crossentropy_forward.at(Device::CPU, t)(loss_s.data(), lse_s.data(), strided.data(), targets.data(),
+                                                           N, V, V - 1),
+                 InputError);
   }
 }
 

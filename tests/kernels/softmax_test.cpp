@@ -59,7 +59,7 @@ TEST(CrossEntropy, ForwardBackwardIgnoreIndexAndBigVocab) {
     for (int64_t n = 0; n < N; ++n) tgt[n] = static_cast<int32_t>((n * 7919) % V);
     if (N > 1) tgt[1] = kIgnoreIndex;
     std::vector<float> losses(N), lse(N), want(N);
-    crossentropy_forward(losses.data(), lse.data(), logits.data(), tgt.data(), N, V);
+    crossentropy_forward(losses.data(), lse.data(), logits.data(), tgt.data(), N, V, V);
     for (int64_t n = 0; n < N; ++n) {
       double m = -INFINITY, s = 0;
       for (int64_t c = 0; c < V; ++c) m = std::max(m, double(logits[n * V + c]));
@@ -70,7 +70,7 @@ TEST(CrossEntropy, ForwardBackwardIgnoreIndexAndBigVocab) {
     std::vector<float> dl(N);
     for (int64_t n = 0; n < N; ++n) dl[n] = 0.1f * (n + 1);
     std::vector<float> d(N * V, 123.0f);  // overwritten
-    crossentropy_backward(d.data(), dl.data(), logits.data(), lse.data(), tgt.data(), N, V);
+    crossentropy_backward(d.data(), dl.data(), logits.data(), lse.data(), tgt.data(), N, V, V);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t c = 0; c < V; c += std::max<int64_t>(1, V / 50)) {
         double p = std::exp(double(logits[n * V + c]) - lse[n]);
@@ -79,9 +79,36 @@ TEST(CrossEntropy, ForwardBackwardIgnoreIndexAndBigVocab) {
       }
     // in place over the logits
     auto inplace = logits;
-    crossentropy_backward(inplace.data(), dl.data(), inplace.data(), lse.data(), tgt.data(), N, V);
+    crossentropy_backward(inplace.data(), dl.data(), inplace.data(), lse.data(), tgt.data(), N, V, V);
     EXPECT_EQ(inplace, d);
   }
+}
+
+// Rows ld > V apart (a GEMM's aligned rows): the compact rows' results to the bit, and the
+// columns [V, ld) neither read (NaN there changes nothing) nor written.
+TEST(CrossEntropy, RowStrideReadsAndWritesOnlyTheFirstVOfEachRow) {
+  const int64_t N = 4, V = 77, ld = 128;
+  const auto compact = randn(N * V, 6, 2.0f);
+  std::vector<float> strided(N * ld, std::nanf(""));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < V; ++c) strided[n * ld + c] = compact[n * V + c];
+  std::vector<int32_t> tgt = {5, kIgnoreIndex, 76, 0};
+  std::vector<float> dl = {0.25f, 0.25f, -1.5f, 2.0f};
+  std::vector<float> loss_c(N), lse_c(N), loss_s(N), lse_s(N), d_c(N * V);
+  crossentropy_forward(loss_c.data(), lse_c.data(), compact.data(), tgt.data(), N, V, V);
+  crossentropy_forward(loss_s.data(), lse_s.data(), strided.data(), tgt.data(), N, V, ld);
+  EXPECT_EQ(loss_s, loss_c);
+  EXPECT_EQ(lse_s, lse_c);
+  crossentropy_backward(d_c.data(), dl.data(), compact.data(), lse_c.data(), tgt.data(), N, V, V);
+  std::vector<float> d_s(N * ld, 123.0f);
+  crossentropy_backward(d_s.data(), dl.data(), strided.data(), lse_s.data(), tgt.data(), N, V, ld);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t c = 0; c < V; ++c) ASSERT_EQ(d_s[n * ld + c], d_c[n * V + c]) << n << "," << c;
+    for (int64_t c = V; c < ld; ++c) ASSERT_EQ(d_s[n * ld + c], 123.0f) << "padding written at " << n << "," << c;
+  }
+  EXPECT_THROW(crossentropy_forward(loss_s.data(), lse_s.data(), strided.data(), tgt.data(), N, V, V - 1), InputError);
+  EXPECT_THROW(crossentropy_backward(d_s.data(), dl.data(), strided.data(), lse_s.data(), tgt.data(), N, V, 10),
+               InputError);
 }
 
 TEST(CrossEntropy, GradCheckAndBadTarget) {
@@ -89,18 +116,18 @@ TEST(CrossEntropy, GradCheckAndBadTarget) {
   auto logits = randn(N * V, 5);
   std::vector<int32_t> tgt = {3, kIgnoreIndex, 0, 8};
   std::vector<float> dl = {0.5f, 0.5f, -1.0f, 2.0f}, losses(N), lse(N), d(N * V);
-  crossentropy_forward(losses.data(), lse.data(), logits.data(), tgt.data(), N, V);
-  crossentropy_backward(d.data(), dl.data(), logits.data(), lse.data(), tgt.data(), N, V);
+  crossentropy_forward(losses.data(), lse.data(), logits.data(), tgt.data(), N, V, V);
+  crossentropy_backward(d.data(), dl.data(), logits.data(), lse.data(), tgt.data(), N, V, V);
   auto loss = [&] {
     std::vector<float> l(N);
-    crossentropy_forward(l.data(), nullptr, logits.data(), tgt.data(), N, V);
+    crossentropy_forward(l.data(), nullptr, logits.data(), tgt.data(), N, V, V);
     return testing::dot(dl, l);
   };
   EXPECT_TRUE(grad_check(logits, d, loss, 1e-2f, 1e-3, 1e-2, 100));
   tgt[2] = 9;
-  EXPECT_THROW(crossentropy_forward(losses.data(), lse.data(), logits.data(), tgt.data(), N, V), InputError);
+  EXPECT_THROW(crossentropy_forward(losses.data(), lse.data(), logits.data(), tgt.data(), N, V, V), InputError);
   tgt[2] = -2;
-  EXPECT_THROW(crossentropy_forward(losses.data(), lse.data(), logits.data(), tgt.data(), N, V), InputError);
+  EXPECT_THROW(crossentropy_forward(losses.data(), lse.data(), logits.data(), tgt.data(), N, V, V), InputError);
 }
 
 }  // namespace

@@ -2,11 +2,12 @@
 // stays f32 (the mixed-precision policy) while the [tokens x vocab] logits saved for the
 // backward stay in the half type, half the bytes of an f32 copy.
 //
-// forward:  losses, lse (N) f32; logits (N,V) in T; targets int32. The logits are widened to
-//           f32 (exact) in reused scratch and the f32 kernel runs: the same numbers as casting
-//           the logits to f32 and calling the f32 kernel.
-// backward: dlogits (N,V) in T (OVERWRITTEN, as the f32 kernel) = round_T of the f32 result:
-//           the same as the f32 kernel followed by a cast of its gradient back to T.
+// forward:  losses, lse (N) f32; logits (N,V; rows ld apart) in T; targets int32. The logits are
+//           widened to f32 (exact) in reused scratch (rows V apart) and the f32 kernel runs: the
+//           same numbers as casting the logits to f32 and calling the f32 kernel.
+// backward: dlogits (N,V; rows ld apart) in T (OVERWRITTEN, as the f32 kernel) = round_T of the
+//           f32 result: the same as the f32 kernel followed by a cast of its gradient back to T.
+// Elements [V, ld) of a row are neither read nor written.
 #include "kernels/cpu/half_util.h"
 #include "paratrain/kernels/registry.h"
 
@@ -15,20 +16,22 @@ namespace {
 
 template <DType T>
 void crossentropy_forward_half(void* losses, void* lse, const void* logits, const int32_t* targets, int64_t N,
-                               int64_t V) {
+                               int64_t V, int64_t ld) {
+  if (ld < V) PT_THROW(InputError, "crossentropy_forward: row stride ld=", ld, " is below the row length V=", V);
   float* f = detail::half_scratch(0, static_cast<size_t>(N * V));
-  detail::widen_n<T>(f, static_cast<const uint16_t*>(logits), N * V);
-  crossentropy_forward(static_cast<float*>(losses), static_cast<float*>(lse), f, targets, N, V);
+  detail::widen_rows<T>(f, V, static_cast<const uint16_t*>(logits), ld, N, V);
+  crossentropy_forward(static_cast<float*>(losses), static_cast<float*>(lse), f, targets, N, V, V);
 }
 
 template <DType T>
 void crossentropy_backward_half(void* dlogits, const void* dlosses, const void* logits, const void* lse,
-                                const int32_t* targets, int64_t N, int64_t V) {
+                                const int32_t* targets, int64_t N, int64_t V, int64_t ld) {
+  if (ld < V) PT_THROW(InputError, "crossentropy_backward: row stride ld=", ld, " is below the row length V=", V);
   float* f = detail::half_scratch(0, static_cast<size_t>(N * V));
   float* d = detail::half_scratch(1, static_cast<size_t>(N * V));
-  detail::widen_n<T>(f, static_cast<const uint16_t*>(logits), N * V);
-  crossentropy_backward(d, static_cast<const float*>(dlosses), f, static_cast<const float*>(lse), targets, N, V);
-  detail::narrow_n<T>(static_cast<uint16_t*>(dlogits), d, N * V);
+  detail::widen_rows<T>(f, V, static_cast<const uint16_t*>(logits), ld, N, V);
+  crossentropy_backward(d, static_cast<const float*>(dlosses), f, static_cast<const float*>(lse), targets, N, V, V);
+  detail::narrow_rows<T>(static_cast<uint16_t*>(dlogits), ld, d, V, N, V);
 }
 
 }  // namespace

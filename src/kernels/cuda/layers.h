@@ -36,13 +36,13 @@ void log_softmax_forward(float* out, const float* inp, int64_t N, int64_t C);
 void log_softmax_backward(float* dinp, const float* dout, const float* out, int64_t N, int64_t C);
 
 void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
-                          int64_t V);
+                          int64_t V, int64_t ld);
 void crossentropy_forward_bf16(float* losses, float* lse, const uint16_t* logits, const int32_t* targets,
-                               int64_t N, int64_t V);
+                               int64_t N, int64_t V, int64_t ld);
 void crossentropy_backward(float* dlogits, const float* dlosses, const float* logits, const float* lse,
-                           const int32_t* targets, int64_t N, int64_t V);
+                           const int32_t* targets, int64_t N, int64_t V, int64_t ld);
 void crossentropy_backward_bf16(uint16_t* dlogits, const float* dlosses, const uint16_t* logits,
-                                const float* lse, const int32_t* targets, int64_t N, int64_t V);
+                                const float* lse, const int32_t* targets, int64_t N, int64_t V, int64_t ld);
 
 constexpr int64_t kAttnMaxHeadSize = 128;
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
