@@ -271,20 +271,20 @@ TEST(CudaLayerKernels, CrossEntropyF32MatchesCpu) {
     const std::vector<float> x = uniform(n, -3, 3, 22), dl = uniform(rows, 0.1f, 1.0f, 23);
     const std::vector<int32_t> t = targets_for(k);
     std::vector<float> loss(rows), lse(rows), dlogits(n);
-    cpu::crossentropy_forward(loss.data(), lse.data(), x.data(), t.data(), k.N, k.V);
-    cpu::crossentropy_backward(dlogits.data(), dl.data(), x.data(), lse.data(), t.data(), k.N, k.V);
+    cpu::crossentropy_forward(loss.data(), lse.data(), x.data(), t.data(), k.N, k.V, k.V);
+    cpu::crossentropy_backward(dlogits.data(), dl.data(), x.data(), lse.data(), t.data(), k.N, k.V, k.V);
 
     DeviceBuffer<float> dx(x), ddl(dl), dloss(filled(rows, 5.0f)), dlse(filled(rows, 0.0f));
     DeviceBuffer<int32_t> dt(t);
-    R().crossentropy_forward.at(kGpu, kF32)(dloss.get(), dlse.get(), dx.get(), dt.get(), k.N, k.V);
+    R().crossentropy_forward.at(kGpu, kF32)(dloss.get(), dlse.get(), dx.get(), dt.get(), k.N, k.V, k.V);
     expect_close(dloss.download(), loss, kF32Tol, "crossentropy losses");
     expect_close(dlse.download(), lse, kF32Tol, "crossentropy lse");
 
     // Overwrites a prefilled dlogits; then in place over a copy of the logits.
     DeviceBuffer<float> cl(lse), dd(filled(n, 7.0f)), inplace(x);
-    R().crossentropy_backward.at(kGpu, kF32)(dd.get(), ddl.get(), dx.get(), cl.get(), dt.get(), k.N, k.V);
+    R().crossentropy_backward.at(kGpu, kF32)(dd.get(), ddl.get(), dx.get(), cl.get(), dt.get(), k.N, k.V, k.V);
     expect_close(dd.download(), dlogits, kF32Tol, "crossentropy dlogits");
-    R().crossentropy_backward.at(kGpu, kF32)(inplace.get(), ddl.get(), inplace.get(), cl.get(), dt.get(), k.N, k.V);
+    R().crossentropy_backward.at(kGpu, kF32)(inplace.get(), ddl.get(), inplace.get(), cl.get(), dt.get(), k.N, k.V, k.V);
     expect_close(inplace.download(), dlogits, kF32Tol, "crossentropy dlogits in place");
   }
 }
@@ -299,19 +299,83 @@ TEST(CudaLayerKernels, CrossEntropyBF16MatchesCpu) {
     const std::vector<int32_t> t = targets_for(k);
     std::vector<float> loss(rows), lse(rows);
     std::vector<uint16_t> dlogits(n);
-    R().crossentropy_forward.at(kCpu, kBF16)(loss.data(), lse.data(), x.data(), t.data(), k.N, k.V);
-    R().crossentropy_backward.at(kCpu, kBF16)(dlogits.data(), dl.data(), x.data(), lse.data(), t.data(), k.N, k.V);
+    R().crossentropy_forward.at(kCpu, kBF16)(loss.data(), lse.data(), x.data(), t.data(), k.N, k.V, k.V);
+    R().crossentropy_backward.at(kCpu, kBF16)(dlogits.data(), dl.data(), x.data(), lse.data(), t.data(), k.N, k.V, k.V);
 
     DeviceBuffer<uint16_t> dx(x), dd(filled<uint16_t>(n, 0x40e0));  // 7.0: must be overwritten
     DeviceBuffer<float> ddl(dl), dloss(filled(rows, 5.0f)), dlse(filled(rows, 0.0f));
     DeviceBuffer<int32_t> dt(t);
-    R().crossentropy_forward.at(kGpu, kBF16)(dloss.get(), dlse.get(), dx.get(), dt.get(), k.N, k.V);
+    R().crossentropy_forward.at(kGpu, kBF16)(dloss.get(), dlse.get(), dx.get(), dt.get(), k.N, k.V, k.V);
     // f32 statistics of identical bf16 inputs: the f32 tolerance.
     expect_close(dloss.download(), loss, kF32Tol, "crossentropy bf16 losses");
     expect_close(dlse.download(), lse, kF32Tol, "crossentropy bf16 lse");
     DeviceBuffer<float> cl(lse);
-    R().crossentropy_backward.at(kGpu, kBF16)(dd.get(), ddl.get(), dx.get(), cl.get(), dt.get(), k.N, k.V);
+    R().crossentropy_backward.at(kGpu, kBF16)(dd.get(), ddl.get(), dx.get(), cl.get(), dt.get(), k.N, k.V, k.V);
     expect_close_bf16(dd.download(), dlogits, "crossentropy bf16 dlogits");
+  }
+}
+
+// Rows ld apart (linear_cross_entropy's logits: GPT-2's V = 50257 in rows of 50304): the CPU's
+// compact results within the tolerances above, and the padding columns neither read (NaN
+// there) nor written (the prefill stays), in f32 and bf16.
+constexpr int64_t kCeRows = 37, kCeV = 50257, kCeLd = 50304;
+
+template <typename T>
+std::vector<T> spread_rows(const std::vector<T>& compact, T pad) {  // rows of kCeV into rows of kCeLd
+  std::vector<T> out(static_cast<size_t>(kCeRows * kCeLd), pad);
+  for (int64_t r = 0; r < kCeRows; ++r)
+    std::copy(compact.begin() + r * kCeV, compact.begin() + (r + 1) * kCeV, out.begin() + r * kCeLd);
+  return out;
+}
+
+template <typename T>
+std::vector<T> compact_rows(const std::vector<T>& strided, T pad) {  // and back, checking the padding
+  std::vector<T> out(static_cast<size_t>(kCeRows * kCeV));
+  for (int64_t r = 0; r < kCeRows; ++r) {
+    for (int64_t c = kCeV; c < kCeLd; ++c) {
+      EXPECT_EQ(strided[r * kCeLd + c], pad) << "padding written at row " << r << ", column " << c;
+      if (strided[r * kCeLd + c] != pad) return out;
+    }
+    std::copy(strided.begin() + r * kCeLd, strided.begin() + r * kCeLd + kCeV, out.begin() + r * kCeV);
+  }
+  return out;
+}
+
+TEST(CudaLayerKernels, CrossEntropyWithARowStrideMatchesCpu) {
+  PT_REQUIRE_GPU();
+  const CeCase k{kCeRows, kCeV};
+  const size_t rows = static_cast<size_t>(k.N), n = rows * static_cast<size_t>(k.V);
+  const std::vector<float> x = uniform(n, -3, 3, 26), dl = uniform(rows, 0.1f, 1.0f, 27);
+  const std::vector<int32_t> t = targets_for(k);
+  DeviceBuffer<float> ddl(dl);
+  DeviceBuffer<int32_t> dt(t);
+  {  // f32
+    std::vector<float> loss(rows), lse(rows), dlogits(n);
+    cpu::crossentropy_forward(loss.data(), lse.data(), x.data(), t.data(), k.N, k.V, k.V);
+    cpu::crossentropy_backward(dlogits.data(), dl.data(), x.data(), lse.data(), t.data(), k.N, k.V, k.V);
+    DeviceBuffer<float> dx(spread_rows(x, std::nanf(""))), dd(spread_rows(std::vector<float>(n, 7.0f), 7.0f));
+    DeviceBuffer<float> dloss(filled(rows, 5.0f)), dlse(filled(rows, 0.0f));
+    R().crossentropy_forward.at(kGpu, kF32)(dloss.get(), dlse.get(), dx.get(), dt.get(), k.N, k.V, kCeLd);
+    R().crossentropy_backward.at(kGpu, kF32)(dd.get(), ddl.get(), dx.get(), dlse.get(), dt.get(), k.N, k.V, kCeLd);
+    expect_close(dloss.download(), loss, kF32Tol, "strided f32 losses");
+    expect_close(dlse.download(), lse, kF32Tol, "strided f32 lse");
+    expect_close(compact_rows(dd.download(), 7.0f), dlogits, kF32Tol, "strided f32 dlogits");
+  }
+  {  // bf16 against the CPU's bf16 kernel on the same values
+    const std::vector<uint16_t> xb = to_bf16(x);
+    std::vector<float> loss(rows), lse(rows);
+    std::vector<uint16_t> dlogits(n);
+    R().crossentropy_forward.at(kCpu, kBF16)(loss.data(), lse.data(), xb.data(), t.data(), k.N, k.V, k.V);
+    R().crossentropy_backward.at(kCpu, kBF16)(dlogits.data(), dl.data(), xb.data(), lse.data(), t.data(), k.N, k.V,
+                                              k.V);
+    const uint16_t nan = 0x7fc0, seven = 0x40e0;
+    DeviceBuffer<uint16_t> dx(spread_rows(xb, nan)), dd(spread_rows(std::vector<uint16_t>(n, seven), seven));
+    DeviceBuffer<float> dloss(filled(rows, 5.0f)), dlse(filled(rows, 0.0f));
+    R().crossentropy_forward.at(kGpu, kBF16)(dloss.get(), dlse.get(), dx.get(), dt.get(), k.N, k.V, kCeLd);
+    R().crossentropy_backward.at(kGpu, kBF16)(dd.get(), ddl.get(), dx.get(), dlse.get(), dt.get(), k.N, k.V, kCeLd);
+    expect_close(dloss.download(), loss, kF32Tol, "strided bf16 losses");
+    expect_close(dlse.download(), lse, kF32Tol, "strided bf16 lse");
+    expect_close_bf16(compact_rows(dd.download(), seven), dlogits, "strided bf16 dlogits");
   }
 }
 
