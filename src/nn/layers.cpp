@@ -45,7 +45,7 @@ Tensor Embedding::forward_with_positions(const Tensor& tokens, const Embedding& 
 Tensor Embedding::tied_logits(const Tensor& hidden) const { return ops::matmul(hidden, weight, /*trans_b=*/true); }
 
 Tensor Embedding::tied_loss(const Tensor& hidden, const Tensor& targets) const {
-  return ops::cross_entropy(tied_logits(hidden), targets);
+  return ops::linear_cross_entropy(hidden, weight, targets);
 }
 
 LayerNorm::LayerNorm(int64_t dim, float e) : eps(e) {

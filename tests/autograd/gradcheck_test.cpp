@@ -116,6 +116,9 @@ TEST(GradCheck, EmbeddingsAttentionLoss) {
   Tensor targets = Tensor::from_vector_i32({1, -1, 4, 0, 2, 3}, {2, 3});
   gradcheck("cross_entropy", {randn({2, 3, 5}, 3), targets},
             [](auto& in) { return ops::cross_entropy(in[0], in[1]); });
+  // the tied head + loss, V = 5 in rows of 64
+  gradcheck("linear_cross_entropy", {randn({2, 3, 4}, 4), randn({5, 4}, 5), targets},
+            [](auto& in) { return ops::linear_cross_entropy(in[0], in[1], in[2]); });
 }
 
 TEST(GradCheck, Images) {

@@ -267,6 +267,46 @@ TEST(TrainOnGpu, GptBf16AutocastForwardBackwardMatchesTheCpu) {
   EXPECT_GT(gpu_cache.size(), 0u);  // the weights' bf16 copies were made, on the GPU
 }
 
+// The tied head with a vocabulary whose rows are not 16-byte aligned (GPT-2's 50257 is odd;
+// here 1001): linear_cross_entropy's logits rows are logits_row_stride(V) = 1024 apart on
+// both sides, the CUDA GEMMs and cross-entropy kernels read and write them with that stride.
+// f32 with the per-element tolerances of the header, bf16 with the L2 one.
+TEST(TrainOnGpu, GptWithAnUnalignedVocabularyMatchesTheCpu) {
+  PT_REQUIRE_GPU();
+  nn::GPTConfig cfg = test_config();
+  cfg.vocab_size = 1001;
+  ASSERT_EQ(ops::logits_row_stride(cfg.vocab_size), 1024);
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "f32");
+    nn::GPT cpu_model(cfg, 13), gpu_model(cfg, 13);
+    gpu_model.load_state_dict(cpu_model.state_dict());
+    gpu_model.to(kGpu0);
+    auto [tokens, targets] = batch(cfg, 2, 32);
+    autograd::WeightCastCache cpu_cache, gpu_cache;
+    Tensor cpu_loss, gpu_loss;
+    {
+      autograd::AutocastGuard cast(bf16 ? DType::BF16 : DType::F32, &cpu_cache);
+      cpu_loss = cpu_model.loss(tokens, targets);
+    }
+    {
+      autograd::AutocastGuard cast(bf16 ? DType::BF16 : DType::F32, &gpu_cache);
+      gpu_loss = gpu_model.loss(tokens.to(kGpu0), targets.to(kGpu0));
+    }
+    EXPECT_NEAR(gpu_loss.item(), cpu_loss.item(), (bf16 ? 1e-2 : 1e-4) * std::fabs(cpu_loss.item()));
+    autograd::backward(cpu_loss);
+    autograd::backward(gpu_loss);
+    const auto cpu_params = cpu_model.named_parameters(), gpu_params = gpu_model.named_parameters();
+    for (size_t i = 0; i < gpu_params.size(); ++i) {
+      const Tensor g = gpu_params[i].second.grad();
+      ASSERT_TRUE(on_gpu0(g)) << gpu_params[i].first;
+      if (bf16)
+        expect_close_l2(gpu_params[i].first + " grad", g, cpu_params[i].second.grad(), 3e-2);
+      else
+        expect_close(gpu_params[i].first + " grad", g, cpu_params[i].second.grad(), 1e-4, 1e-5, 0.0);
+    }
+  }
+}
+
 // A CNN pair built from one seed, the convolutions' parameters on the grids of the header
 // (so that both sides' convolutions are exact), the GPU one moved to cuda:0.
 struct CnnPair {

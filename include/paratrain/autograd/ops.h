@@ -83,6 +83,15 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t n_head);
 // logits (..., V), targets (...) i32 (-1 = ignore) -> mean cross-entropy over the
 // non-ignored positions, a one-element tensor. Fused log-softmax + NLL.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+// cross_entropy(matmul(x, weight, /*trans_b=*/true), targets) in one op: a tied LM head and its
+// loss, x (..., C), weight (V, C) (the embedding's), targets (...) i32. The same values (bit for
+// bit on the CPU), with the logits held inside the op only, in rows of logits_row_stride(V)
+// elements: cuBLASLt runs its fast kernels only on 16-byte aligned rows, which GPT-2's
+// V = 50257 is not (its lm_head GEMMs were 7x slower on an H200). x and weight follow
+// matmul's autocast policy (the logits in the half type), the loss is f32.
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets);
+// The row stride, in elements, of linear_cross_entropy's logits: V rounded up to a multiple of 64.
+int64_t logits_row_stride(int64_t V);
 
 // ---- images ----
 // x (N,Ci,H,W), weight (Co,Ci,K,K), bias (Co) or undefined -> (N,Co,Ho,Wo)

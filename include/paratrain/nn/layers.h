@@ -50,7 +50,8 @@ class Embedding : public Module {
   virtual Tensor forward_with_positions(const Tensor& tokens, const Embedding& positions) const;
   // the tied LM head: hidden (B,T,C) -> logits hidden @ weight^T (B,T,V);
   virtual Tensor tied_logits(const Tensor& hidden) const;
-  // and its loss: the mean cross-entropy of tied_logits(hidden) against targets (B,T) i32.
+  // and its loss: the mean cross-entropy of tied_logits(hidden) against targets (B,T) i32, in
+  // one op (ops::linear_cross_entropy) that keeps the logits to itself.
   virtual Tensor tied_loss(const Tensor& hidden, const Tensor& targets) const;
 
  protected:

@@ -1,5 +1,5 @@
-// Ops of neural-network layers: layer norm, softmax, embeddings, attention, cross-entropy,
-// convolution and pooling. Each computes in the dtype of its (autocast-cast) inputs;
+// Ops of neural-network layers: layer norm, softmax, embeddings, attention, convolution and
+// pooling (the losses are in losses.cpp). Each computes in the dtype of its (autocast-cast) inputs;
 // statistics (LayerNorm mean/rstd, log-sum-exp, per-row losses) are f32.
 #include "common.h"
 #include "paratrain/autograd/autocast.h"
@@ -154,44 +154,6 @@ Tensor causal_self_attention(const Tensor& qkv_raw, int64_t n_head) {
                                                   lse.data<float>(), B, T, C, n_head);
       return std::vector<Tensor>{dqkv};
     });
-  }
-  return out;
-}
-
-Tensor cross_entropy(const Tensor& logits_raw, const Tensor& targets_in) {
-  autograd::profiler::OpScope op_scope("cross_entropy", false);
-  const Tensor logits_in = autocast_input("cross_entropy", logits_raw);
-  Tensor logits = float_contiguous(logits_in, "cross_entropy", "logits");
-  Tensor targets = i32_contiguous(targets_in, "cross_entropy", "targets");
-  const int64_t V = logits.size(-1), N = logits.numel() / std::max<int64_t>(V, 1);
-  if (targets.numel() != N)
-    PT_THROW(InputError, "cross_entropy: ", targets.numel(), " targets for ", N, " rows of logits ",
-             shape_str(logits.shape()));
-  const DeviceSpec dev = logits.device_spec();
-  expect_same_device("cross_entropy", {{"logits", &logits}, {"targets", &targets}});
-  // Everything stays on the logits' device: the mean and the row count are computed there
-  // (crossentropy_mean), so no value is read back per call.
-  Tensor losses = Tensor::empty({N}, DType::F32, dev), lse = Tensor::empty({N}, DType::F32, dev);
-  kernel(&Registry::crossentropy_forward, logits)(losses.data<float>(), lse.data<float>(), logits.data_ptr(),
-                                                  targets.data<int32_t>(), N, V);
-  Tensor out = Tensor::empty({}, DType::F32, dev), count = Tensor::empty({}, DType::I64, dev);
-  kernel(&Registry::crossentropy_mean, losses)(out.data<float>(), count.data<int64_t>(), losses.data<float>(),
-                                               targets.data<int32_t>(), N);
-  if (autograd::any_requires_grad({&logits_in})) {
-    Tensor sl = logits.detach();
-    record_lambda("cross_entropy", {&logits_in, &targets_in}, {&out},
-                  [sl, lse, targets, count, N, V](std::vector<Tensor>& g) {
-                    // (a seed made elsewhere is moved here: the scale is computed on this device)
-                    const Tensor g0 = convert(g[0].contiguous(), DType::F32).to(sl.device_spec());
-                    Tensor dl = Tensor::empty({N}, DType::F32, sl.device_spec());
-                    kernel(&Registry::crossentropy_grad_scale, dl)(dl.data<float>(), g0.data<float>(),
-                                                                   count.data<int64_t>(), N);
-                    Tensor dlogits = Tensor::empty(sl.shape(), sl.dtype(), sl.device_spec());
-                    kernel(&Registry::crossentropy_backward, dlogits)(dlogits.data_ptr(), dl.data<float>(),
-                                                                      sl.data_ptr(), lse.data<float>(),
-                                                                      targets.data<int32_t>(), N, V);
-                    return std::vector<Tensor>{dlogits, Tensor()};
-                  });
   }
   return out;
 }
