@@ -2,8 +2,8 @@
 // layers call them, for gpt2-124m's shapes (B=8, T=1024, C=768, NH=12, V=50257): every
 // GEMM of a block and the LM head in bf16 (A, B, C bf16; f32 accumulation) and f32, c_fc with
 // its GELU fused and not, the
-// bf16 peak (8192^3), causal attention forward + backward (the tables' and the tiles'), LayerNorm and the fused
-// cross-entropy. Prints one JSON line per kernel:
+// bf16 peak (8192^3), causal attention forward + backward (the tables' and the tiles'), the tied
+// LM head with its loss (ops::linear_cross_entropy, and matmul then cross_entropy), LayerNorm. Prints one JSON line per kernel:
 //   {"kernel": ..., "dtype": ..., "ms": ..., "tflops": ...}
 // Timing: CUDA events around `iters` launches after 3 warm-up launches; the median of 5
 // repetitions. bench/torch_gpu_kernels.py measures the same shapes in PyTorch;
@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "kernels/cuda/layers.h"
+#include "paratrain/autograd/engine.h"
+#include "paratrain/autograd/ops.h"
 #include "paratrain/kernels/attention_by_gemm.h"
 #include "paratrain/kernels/registry.h"
 #include "paratrain/tensor/cuda.h"
@@ -75,6 +77,7 @@ struct Gemm {
   const char* name;
   bool ta, tb;
   int64_t M, N, K;
+  int64_t lda = 0, ldc = 0;  // 0: dense (A's and C's rows as long as they are)
 };
 
 }  // namespace
@@ -91,22 +94,30 @@ int main(int argc, char** argv) {
     const int iters = quick ? 3 : 20, reps = quick ? 2 : 5;
     const int64_t B = 8, T = 1024, C = 768, NH = 12, V = 50257, BT = B * T;
     // GEMMs: forward (x @ W), backward input (dy @ W^T) and weight (x^T @ dy) of c_attn and
-    // c_fc, the LM head forward, and the peak shape.
+    // c_fc, the LM head's three (logits = x W^T, dx = dlogits W, dW = dlogits^T x) with rows of
+    // V = 50257 (as PyTorch runs them) and with ops::linear_cross_entropy's rows of
+    // logits_row_stride(V) = 50304 (16-byte aligned), and the peak shape.
+    const int64_t Vp = ops::logits_row_stride(V);
     const std::vector<Gemm> gemms = {
         {"peak 8192^3", false, false, 8192, 8192, 8192},
         {"c_attn fwd", false, false, BT, 3 * C, C},   {"c_attn bwd dx", false, true, BT, C, 3 * C},
         {"c_attn bwd dw", true, false, C, 3 * C, BT}, {"c_fc fwd", false, false, BT, 4 * C, C},
-        {"c_proj(mlp) fwd", false, false, BT, C, 4 * C}, {"lm_head fwd", false, true, BT, V, C}};
+        {"c_proj(mlp) fwd", false, false, BT, C, 4 * C},
+        {"lm_head fwd", false, true, BT, V, C}, {"lm_head bwd dx", false, false, BT, C, V},
+        {"lm_head bwd dw", true, false, V, C, BT},
+        {"lm_head fwd (rows 50304)", false, true, BT, V, C, 0, Vp},
+        {"lm_head bwd dx (rows 50304)", false, false, BT, C, V, Vp, 0},
+        {"lm_head bwd dw (rows 50304)", true, false, V, C, BT, Vp, 0}};
     for (DType dt : {DType::BF16, DType::F32}) {
       for (const Gemm& g : gemms) {
         if (dt == DType::F32 && g.M == 8192 && g.K == 8192 && quick) continue;
-        Tensor a = random_on_gpu(g.ta ? Shape{g.K, g.M} : Shape{g.M, g.K}, dt, 1);
+        const int64_t lda = g.lda ? g.lda : g.ta ? g.M : g.K, ldb = g.tb ? g.K : g.N, ldc = g.ldc ? g.ldc : g.N;
+        Tensor a = random_on_gpu(g.ta ? Shape{g.K, lda} : Shape{g.M, lda}, dt, 1);
         Tensor b = random_on_gpu(g.tb ? Shape{g.N, g.K} : Shape{g.K, g.N}, dt, 2);
-        Tensor c = Tensor::empty({g.M, g.N}, dt, kGpu, 0);
+        Tensor c = Tensor::empty({g.M, ldc}, dt, kGpu, 0);
         auto fn = reg.gemm.at(kGpu, dt);
-        const int64_t lda = g.ta ? g.M : g.K, ldb = g.tb ? g.K : g.N;
         double ms = time_ms([&] { fn(g.ta, g.tb, g.M, g.N, g.K, 1.f, a.data_ptr(), lda, b.data_ptr(), ldb, 0.f,
-                                     c.data_ptr(), g.N); },
+                                     c.data_ptr(), ldc); },
                             iters, reps);
         report(std::string("gemm ") + g.name, dt, ms, 2.0 * g.M * g.N * g.K);
       }
@@ -191,6 +202,29 @@ int main(int argc, char** argv) {
         } catch (const std::exception& e) {
           std::fprintf(stderr, "gpu_kernels_bench: attention%s (%s): %s\n", suffix.c_str(), dtype_name(dt), e.what());
         }
+      }
+    }
+    {
+      // The tied LM head and its loss, forward and backward, as a bf16 GPT runs them:
+      // ops::linear_cross_entropy (logits rows of 50304, 16-byte aligned) beside
+      // cross_entropy(matmul(x, wte^T)) (rows of 50257: the path before it, and PyTorch's).
+      // 3 GEMMs of 2 BT V C flops each; the cross-entropy passes are counted as time only.
+      Tensor x = random_on_gpu({BT, C}, DType::BF16, 11), w = random_on_gpu({V, C}, DType::BF16, 12, 0.02f);
+      std::vector<int32_t> ids(static_cast<size_t>(BT));
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7919) % V);
+      const Tensor targets = Tensor::from_vector_i32(ids, {BT}).to(DeviceSpec{kGpu, 0});
+      x.set_requires_grad(true);
+      w.set_requires_grad(true);
+      for (bool fused : {true, false}) {
+        const double ms = time_ms([&] {
+          const Tensor loss = fused ? ops::linear_cross_entropy(x, w, targets)
+                                    : ops::cross_entropy(ops::matmul(x, w, /*trans_b=*/true), targets);
+          autograd::backward(loss);
+          x.set_grad(Tensor());
+          w.set_grad(Tensor());
+        }, iters, reps);
+        report(fused ? "lm_head+loss fwd+bwd" : "lm_head+loss fwd+bwd (rows 50257)", DType::BF16, ms,
+               3 * 2.0 * BT * V * C);
       }
     }
     {

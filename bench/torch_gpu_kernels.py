@@ -16,7 +16,8 @@ BT = B * T
 GEMMS = [("peak 8192^3", False, False, 8192, 8192, 8192),
          ("c_attn fwd", False, False, BT, 3 * C, C), ("c_attn bwd dx", False, True, BT, C, 3 * C),
          ("c_attn bwd dw", True, False, C, 3 * C, BT), ("c_fc fwd", False, False, BT, 4 * C, C),
-         ("c_proj(mlp) fwd", False, False, BT, C, 4 * C), ("lm_head fwd", False, True, BT, V, C)]
+         ("c_proj(mlp) fwd", False, False, BT, C, 4 * C), ("lm_head fwd", False, True, BT, V, C),
+         ("lm_head bwd dx", False, False, BT, C, V), ("lm_head bwd dw", True, False, V, C, BT)]
 
 
 def time_ms(f, iters=20, reps=5):
@@ -67,6 +68,15 @@ def main():
         dout = torch.randn_like(out)
         ms_b = time_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
         report("attention bwd", name, ms_b, 2.5 * fwd_flops)
+    # the tied LM head and its loss as torch_gpu_train.py's GPT runs them under bf16 autocast
+    x = torch.randn(BT, C, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = (torch.randn(V, C, device="cuda", dtype=torch.bfloat16) * 0.02).requires_grad_()
+    t = (torch.arange(BT, device="cuda") * 7919) % V
+
+    def head_step():
+        F.cross_entropy((x @ w.t()).float(), t).backward()
+        x.grad = w.grad = None
+    report("lm_head+loss fwd+bwd", "bf16", time_ms(head_step), 3 * 2.0 * BT * V * C)
     x = torch.randn(BT, C, device="cuda")
     ln = torch.nn.LayerNorm(C, eps=1e-5).cuda()
     with torch.no_grad():
