@@ -10,7 +10,9 @@
 #      `paratrain train --device cuda` (the default attention, then PARATRAIN_CUDA_ATTENTION=flash)
 #      beside PyTorch (torch_gpu_train.py: SDPA, autocast, fused AdamW) on the same GPU:
 #      tokens/s, MFU and peak memory; then a summary table with paratrain's tokens/s over
-#      PyTorch's and DDP's scaling (N GPUs over N times one), per attention form.
+#      PyTorch's and DDP's scaling (N GPUs over N times one), per attention form;
+#   5. where gpt2-124m's step goes on one GPU: a few steps under PARATRAIN_PROFILE=1 (each op's
+#      GPU time, forward and backward, and the optimizer's), per attention form.
 # Exits 1 when a test fails or a step that should work does not; prints what it skipped.
 #
 # Usage: bash bench/gpu_check.sh [BUILD_DIR]     (STEPS=200 MB_MINI=32 MB_124M=8 to change;
@@ -160,6 +162,21 @@ for (impl, model, gpus), r in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[
     print(f"{model:10} {gpus:>4} {impl:16} {r['tokens_per_s']:>10.0f} {t['tokens_per_s'] if t else float('nan'):>14.0f} "
           f"{ratio:>6} {r['mfu']:>6.3f} {r['peak_mem_bytes'] / 2**30:>8.2f} {scaling:>11}")
 PY
+
+# Each op's time on the GPU (the profiler waits for the GPU around every op): the table to read
+# for what to speed up next.
+for attn in "" flash; do
+  say "where a gpt2-124m step goes (PARATRAIN_PROFILE=1, 6 steps, attention ${attn:-default})"
+  log=$BUILD/profile_gpt2-124m${attn:+_$attn}.log
+  if env PARATRAIN_PROFILE=1 ${attn:+PARATRAIN_CUDA_ATTENTION=$attn} timeout 180 "$BIN" train --device cuda \
+      --precision bf16 --model gpt2-124m --micro-batch "$MB_124M" --steps 6 --data "$TOKENS" --quiet > "$log" 2>&1; then
+    sed -n '/^op profile/,$p' "$log" | head -30
+  else
+    echo "the profiled run did not finish ($log):"
+    tail -3 "$log"
+    status=1
+  fi
+done
 
 say "done: $( [ $status -eq 0 ] && echo all checks passed || echo SOME CHECKS FAILED )"
 exit $status

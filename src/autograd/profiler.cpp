@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "paratrain/base/env.h"
+#include "paratrain/tensor/cuda.h"
 
 namespace paratrain::autograd::profiler {
 
@@ -22,6 +23,11 @@ std::map<std::string, Entry> g_entries;
 bool enabled() {
   static const bool on = env::get_bool("PARATRAIN_PROFILE");
   return on;
+}
+
+void wait_for_device() {
+  static const bool has_gpu = cuda::device_count() > 0;
+  if (has_gpu) cuda::synchronize(cuda::compute_stream());
 }
 
 void record(const char* name, bool backward, double seconds) {

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "paratrain/autograd/profiler.h"
 #include "paratrain/kernels/registry.h"
 #include "paratrain/kernels/tensor_reduce.h"
 
@@ -61,6 +62,7 @@ AdamW::AdamW(NamedParams params, const AdamWOptions& opts) : Optimizer(std::move
 // One multi-tensor update per device (every parameter of a model is on one): on a GPU a few
 // launches for all of them; on the CPU the same bits as one call per tensor.
 void AdamW::step() {
+  autograd::profiler::OpScope op_scope("adamw.step", false);
   ++step_;
   std::vector<Tensor> grads;  // contiguous gradients, alive until the updates are queued
   std::map<std::pair<int, int>, std::pair<Tensor, std::vector<kernels::cpu::AdamWTensor>>> by_device;
@@ -108,6 +110,7 @@ SGD::SGD(NamedParams params, const SGDOptions& opts) : Optimizer(std::move(param
 }
 
 void SGD::step() {
+  autograd::profiler::OpScope op_scope("sgd.step", false);
   ++step_;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i].second;

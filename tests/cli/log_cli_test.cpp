@@ -1,6 +1,7 @@
 // PARATRAIN_LOG end to end with the real binary: `paratrain launch --nproc-per-node 2 --
 // paratrain train --model gpt-nano --steps 2` at debug shows tagged lines of comm, launch and
 // train from both ranks; at warn none of the info/debug lines; a bogus value exits 2 with one line.
+// PARATRAIN_PROFILE=1's op table after a run.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -101,4 +102,21 @@ TEST_F(LogCli, BogusValueExitsTwoWithOneLine) {
   auto d = paratrain::test::run_shell_line("PARATRAIN_LOG=bogus timeout 60 " + std::string(PARATRAIN_BIN) +
                                            " doctor 2>&1");
   EXPECT_NE(d.out.find("PARATRAIN_LOG='bogus'"), std::string::npos) << d.out;
+}
+
+// PARATRAIN_PROFILE=1: after training, the op table holds the GPT's ops forward and backward,
+// its loss (the tied head with the loss in one op) and the optimizer's step, one per step.
+TEST_F(LogCli, ProfileTablesTheOpsTheLossAndTheOptimizerStep) {
+  const std::string bin = PARATRAIN_BIN;
+  auto r = paratrain::test::run_shell_line("PARATRAIN_PROFILE=1 timeout 120 " + bin +
+                                           " train --model gpt-nano --steps 3 --micro-batch 2 --quiet --data " + dir_ +
+                                           "/t.bin 2>&1");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto table = r.out.find("op profile (PARATRAIN_PROFILE):");
+  ASSERT_NE(table, std::string::npos) << r.out;
+  const std::string t = r.out.substr(table);
+  for (const char* row : {"linear_cross_entropy (backward)", "linear_gelu (backward)", "causal_self_attention "})
+    EXPECT_NE(t.find(row), std::string::npos) << row << "\n" << t;
+  const std::regex adamw(R"(adamw\.step +[0-9.]+ ms +[0-9.]+% +3 calls)");
+  EXPECT_TRUE(std::regex_search(t, adamw)) << t;
 }
