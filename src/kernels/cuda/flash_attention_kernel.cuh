@@ -6,8 +6,8 @@
 //   1. the block loads the tile's K and V (bf16, 16-byte loads) into shared memory;
 //   2. each warp computes its 16 x 64 scores S = Q K^T with WMMA (bf16 x bf16 into f32), one
 //      16 x 16 fragment at a time, and stores them to shared memory;
-//   3. two threads per query row (lanes 2r, 2r+1 of a warp, 32 keys each) scale and mask the
-//      row, update its running max m and sum l online, write P = exp(s - m) rounded to bf16
+//   3. two threads per query row (lanes 2r, 2r+1 of a warp, alternate keys, 32 each) scale and
+//      mask the row, update its running max m and sum l online, write P = exp(s - m) rounded to bf16
 //      (as FlashAttention rounds P before P V), and rescale the row's f32 output by
 //      exp(m_old - m);
 //   4. each warp adds P V (WMMA, bf16 x bf16 into f32) to its rows' output in shared memory.
@@ -16,9 +16,11 @@
 // nothing that is written.
 //
 // Shared memory (dynamic, HS the head size, 64 or 128): Q, K, V tiles bf16 (64 x HS, row
-// stride HS + 16), S f32 (64 x 64, stride 72), P bf16 (64 x 64, stride 80), O f32 (64 x HS,
-// stride HS + 8). Every WMMA pointer is 32-byte aligned and every leading dimension a multiple
-// of 8 (bf16) or 4 (f32), as WMMA requires.
+// stride HS + 8), S f32 (64 x 64, stride 68), P bf16 (64 x 64, stride 72), O f32 (64 x HS,
+// stride HS + 4). Every WMMA pointer is 32-byte aligned and every leading dimension a multiple
+// of 8 (bf16) or 4 (f32), as WMMA requires; each row stride is 16 bytes past a multiple of
+// 128, so the 8 rows of a WMMA load's 8 x 16-byte pieces, and the rows the softmax threads
+// read at once, fall in different banks (HS + 16 and 72 put rows 4 apart in one bank).
 //
 // This file holds only the kernels, so that they can be compiled on the host over an emulation
 // of the CUDA built-ins they use (threadIdx, __syncthreads, __shfl_xor_sync, wmma, the bf16
@@ -35,11 +37,13 @@ namespace {
 constexpr int kRows = 64;     // query rows per block
 constexpr int kKeys = 64;     // keys per tile
 constexpr int kThreads = 128;  // 4 warps
-constexpr int kLdS = kKeys + 8, kLdP = kKeys + 16;
+// Row strides (elements) of the shared tiles, each 4 banks (16 bytes) past a multiple of 32
+// banks, so that the rows a warp touches at once spread over the banks: f32 S (68), bf16 P (72).
+constexpr int kLdS = kKeys + 4, kLdP = kKeys + 8;
 
 template <int HS>
 struct Layout {
-  static constexpr int kLdQ = HS + 16, kLdO = HS + 8;
+  static constexpr int kLdQ = HS + 8, kLdO = HS + 4;  // bf16 Q/K/V rows, f32 O rows
   static constexpr int kQ = 0;                                   // bf16 offsets in bytes
   static constexpr int kK = kQ + kRows * kLdQ * 2;
   static constexpr int kV = kK + kKeys * kLdQ * 2;
@@ -97,6 +101,11 @@ __global__ void __launch_bounds__(kThreads)
   for (int e = threadIdx.x; e < kRows * HS; e += kThreads) Os[(e / HS) * L::kLdO + e % HS] = 0.0f;
   float m = -INFINITY, l = 0.0f;  // the row's running max and sum (both threads of a row)
 
+  // The warp's 16 query rows as WMMA operands, loaded once for every key tile.
+  __syncthreads();
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> qf[HS / 16];
+  for (int k = 0; k < HS / 16; ++k) wmma::load_matrix_sync(qf[k], Qs + (warp * 16) * L::kLdQ + k * 16, L::kLdQ);
+
   const int64_t key_end = q0 + kRows < T ? q0 + kRows : T;  // keys past the block's last row are masked
   for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
     __syncthreads();  // the previous tile's P V is done with K, V, P
@@ -109,22 +118,22 @@ __global__ void __launch_bounds__(kThreads)
       wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
       wmma::fill_fragment(acc, 0.0f);
       for (int k = 0; k < HS / 16; ++k) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> kt;  // K^T: K row-major
-        wmma::load_matrix_sync(a, Qs + (warp * 16) * L::kLdQ + k * 16, L::kLdQ);
         wmma::load_matrix_sync(kt, Ks + (n * 16) * L::kLdQ + k * 16, L::kLdQ);
-        wmma::mma_sync(acc, a, kt, acc);
+        wmma::mma_sync(acc, qf[k], kt, acc);
       }
       wmma::store_matrix_sync(Ss + (warp * 16) * kLdS + n * 16, acc, kLdS, wmma::mem_row_major);
     }
     __syncthreads();
 
-    // 3. the online softmax of row `row`, keys half*32 .. half*32 + 31 of the tile
+    // 3. the online softmax of row `row`, keys 2j + half (j < 32) of the tile: the two threads
+    //    of a row take alternate columns, so a warp's reads spread over the banks
     float s[32];
     float tile_max = -INFINITY;
     for (int j = 0; j < 32; ++j) {
-      const int64_t key = k0 + half * 32 + j;
-      s[j] = key <= q && key < T ? Ss[row * kLdS + half * 32 + j] * scale : -INFINITY;
+      const int c = 2 * j + half;
+      const int64_t key = k0 + c;
+      s[j] = key <= q && key < T ? Ss[row * kLdS + c] * scale : -INFINITY;
       tile_max = fmaxf(tile_max, s[j]);
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
@@ -135,12 +144,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < 32; ++j) {
       const float p = m_new == -INFINITY ? 0.0f : expf(s[j] - m_new);
       sum += p;
-      Ps[row * kLdP + half * 32 + j] = __float2bfloat16_rn(p);
+      Ps[row * kLdP + 2 * j + half] = __float2bfloat16_rn(p);
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     l = l * alpha + sum;
     m = m_new;
-    for (int d = half * (HS / 2); d < (half + 1) * (HS / 2); ++d) Os[row * L::kLdO + d] *= alpha;
+    for (int d = half; d < HS; d += 2) Os[row * L::kLdO + d] *= alpha;
     __syncthreads();
 
     // 4. O (16 x HS per warp) += P V
@@ -164,8 +173,7 @@ __global__ void __launch_bounds__(kThreads)
   if (q < T) {
     const float inv = 1.0f / l;
     uint16_t* dst = out + (b * T + q) * C + h * HS;
-    for (int d = half * (HS / 2); d < (half + 1) * (HS / 2); ++d)
-      dst[d] = float_to_bf16_bits(Os[row * L::kLdO + d] * inv);
+    for (int d = half; d < HS; d += 2) dst[d] = float_to_bf16_bits(Os[row * L::kLdO + d] * inv);
     if (half == 0 && lse) lse[bh * T + q] = m + logf(l);
   }
   (void)lane;
@@ -201,7 +209,7 @@ __global__ void rowdot_kernel(float* D, const uint16_t* dout, const uint16_t* ou
 
 template <int HS>
 struct BackwardLayout {
-  static constexpr int kLdT = HS + 16, kLdA = HS + 8;           // bf16 tiles; f32 results
+  static constexpr int kLdT = HS + 8, kLdA = HS + 4;            // bf16 tiles; f32 results
   static constexpr int kTileBytes = kRows * kLdT * 2;
   static constexpr int kA = 0, kB = kA + kTileBytes, kC = kB + kTileBytes, kD = kC + kTileBytes;  // 4 bf16 tiles
   static constexpr int kS = kD + kTileBytes;                     // f32 64 x 64 (S or S^T)
