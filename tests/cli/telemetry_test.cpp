@@ -107,8 +107,11 @@ TEST_F(Telemetry, DataParallelBytesThroughputAndBusBandwidthMatchTheFormulasAndT
   std::printf("  busbw of the dp all-reduce: training best step %.3f GB/s, bench comm best of 3 %.3f GB/s\n", best,
               bench_busbw);
   // Below: the six training steps can all fall while both cores of a loaded CI machine run
-  // other tests (seen once at /30 in a full suite), the benchmark later in a quiet moment.
-  EXPECT_GT(best, bench_busbw / 100);
+  // other tests, the benchmark later in a quiet moment: seen at 1/30 and at 1/105 (training
+  // 0.158 GB/s against 16.5, with two copies of this test and a training run on the two
+  // cores). 1/1000 is 10x past that and still catches the in-flight time taken in the wrong
+  // unit (ms for us, s for ms); the bytes are checked exactly above.
+  EXPECT_GT(best, bench_busbw / 1000);
   EXPECT_LT(best, bench_busbw * 5);
 }
 
