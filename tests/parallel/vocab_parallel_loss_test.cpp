@@ -28,6 +28,7 @@ extern char** environ;
 #include <thread>
 #include <vector>
 
+#include "paratrain/autograd/autocast.h"
 #include "paratrain/autograd/engine.h"
 #include "paratrain/autograd/ops.h"
 #include "paratrain/base/error.h"
@@ -217,6 +218,50 @@ TEST(VocabParallelCrossEntropy, AllTargetsIgnoredGiveZeroLossAndGradient) {
       for (float g : r.grad) ASSERT_EQ(g, 0.0f);
     }
   }
+}
+
+// The head in one op (what VocabParallelEmbedding::tied_loss runs): on every rank the same loss
+// and gradients, hidden's and its weight rows', as the rank's logits matmul(hidden, w^T) then
+// vocab_parallel_cross_entropy, bit for bit, in f32 and under bf16 autocast; V = 77 cut into
+// 77, 39 and 26 rows a rank (logits rows of 128, 64 and 64), the padding rows zero.
+TEST(VocabParallelCrossEntropy, TheHeadAndLossInOneOpAreTheTwoOpsBitForBit) {
+  const int64_t V = 77, C = 16;
+  Generator g(7);
+  Tensor hidden = Tensor::empty({kN, C}), whole = Tensor::empty({V, C});
+  fill_normal(hidden, g, 0.0f, 1.0f);
+  fill_normal(whole, g, 0.0f, 0.5f);
+  const Problem p = make_problem(V, DType::F32);  // its targets: every id, a few ignored
+  for (int tp = 1; tp <= 3; ++tp)
+    for (bool bf16 : {false, true}) {
+      const int64_t Vl = (V + tp - 1) / tp;
+      auto errors = run_ranks(tp, false, [&](std::shared_ptr<comm::ProcessGroup> pg) {
+        auto group = std::make_shared<TpGroup>(pg);
+        const int r = group->rank();
+        std::vector<float> rows(static_cast<size_t>(Vl * C), 0.0f);  // this rank's rows, zero past V
+        const std::vector<float> all = whole.to_vector();
+        for (int64_t i = 0; i < Vl && r * Vl + i < V; ++i)
+          std::copy(all.begin() + (r * Vl + i) * C, all.begin() + (r * Vl + i + 1) * C, rows.begin() + i * C);
+        Tensor loss[2], dh[2], dw[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          Tensor h = hidden.clone(), w = Tensor::from_vector(rows, {Vl, C});
+          h.set_requires_grad(true);
+          w.set_requires_grad(true);
+          {
+            autograd::AutocastGuard cast(bf16 ? DType::BF16 : DType::F32);
+            loss[fused] = fused ? vocab_parallel_linear_cross_entropy(h, w, p.targets, r * Vl, V, group)
+                                : vocab_parallel_cross_entropy(ops::matmul(h, w, true), p.targets, r * Vl, V, group);
+          }
+          autograd::backward(loss[fused]);
+          dh[fused] = h.grad(), dw[fused] = w.grad();
+        }
+        const std::string what = "tp " + std::to_string(tp) + " rank " + std::to_string(r) + (bf16 ? " bf16" : " f32");
+        EXPECT_EQ(loss[1].item(), loss[0].item()) << what;
+        EXPECT_GT(loss[1].item(), 1.0f) << what;  // a real loss: logits of spread ~2 over 77 classes
+        EXPECT_EQ(dh[1].to_vector(), dh[0].to_vector()) << what;
+        EXPECT_EQ(dw[1].to_vector(), dw[0].to_vector()) << what;
+      });
+      for (int r = 0; r < tp; ++r) EXPECT_EQ(errors[r], "") << "tp " << tp << " rank " << r;
+    }
 }
 
 TEST(VocabParallelCrossEntropy, RejectsBadInputs) {

@@ -19,6 +19,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
 
 #include "paratrain/tensor/random.h"
 #include "paratrain/tensor/tensor.h"
@@ -90,8 +93,27 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 // V = 50257 is not (its lm_head GEMMs were 7x slower on an H200). x and weight follow
 // matmul's autocast policy (the logits in the half type), the loss is f32.
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets);
-// The row stride, in elements, of linear_cross_entropy's logits: V rounded up to a multiple of 64.
+// The row stride, in elements, of linear_loss's logits: V rounded up to a multiple of 64.
 int64_t logits_row_stride(int64_t V);
+// A loss of logits = x @ weight^T computed by linear_loss, which holds the logits. forward gets
+// them (N rows of V columns, ld = logits_row_stride(V) apart, in x's compute dtype) and returns
+// the loss (a tensor of its own, no autograd history) and the tensors its backward keeps;
+// backward gets the loss's gradient, the logits and those, and returns dlogits (N, ld) in the
+// logits' dtype, columns [V, ld) never read. Copied into the graph: what the functions
+// capture lives as long as it.
+struct LogitsLoss {
+  const char* name = "linear_loss";  // the op's name (graph node, profiler, errors): a literal
+  std::function<std::pair<Tensor, std::vector<Tensor>>(const Tensor& logits, int64_t N, int64_t V, int64_t ld)>
+      forward;
+  std::function<Tensor(const Tensor& g, const Tensor& logits, const std::vector<Tensor>& kept, int64_t N, int64_t V,
+                       int64_t ld)>
+      backward;
+};
+// loss(x (..., C) @ weight (V, C)^T) in one op (linear_cross_entropy; tensor parallelism's
+// vocab-parallel loss): the logits' GEMM and the two gradient GEMMs (dx = dlogits weight,
+// dweight = dlogits^T x) read and write the aligned rows. x and weight follow matmul's autocast
+// policy. InputError for shapes that do not fit or V = 0.
+Tensor linear_loss(const Tensor& x, const Tensor& weight, const LogitsLoss& loss);
 
 // ---- images ----
 // x (N,Ci,H,W), weight (Co,Ci,K,K), bias (Co) or undefined -> (N,Co,Ho,Wo)

@@ -1,6 +1,7 @@
-// The losses: cross_entropy over logits, and linear_cross_entropy, a tied LM head and its loss
-// in one op whose logits never leave it. Both run the fused softmax + cross-entropy kernels
-// (f32 math, the f32 mean computed on the logits' device: no value is read back per call).
+// The losses: cross_entropy over logits; linear_loss, a loss of x @ weight^T whose logits exist
+// only inside the op (in aligned rows); linear_cross_entropy, the tied LM head and its
+// cross-entropy as one. The cross-entropies run the fused softmax + cross-entropy kernels (f32
+// math, the f32 mean computed on the logits' device: no value is read back per call).
 #include <utility>
 
 #include "common.h"
@@ -75,31 +76,28 @@ Tensor cross_entropy(const Tensor& logits_raw, const Tensor& targets_in) {
   return out;
 }
 
-Tensor linear_cross_entropy(const Tensor& x_raw, const Tensor& w_raw, const Tensor& targets_in) {
-  autograd::profiler::OpScope op_scope("linear_cross_entropy", false);
-  const char* name = "linear_cross_entropy";
+Tensor linear_loss(const Tensor& x_raw, const Tensor& w_raw, const LogitsLoss& loss) {
+  const char* name = loss.name;
+  autograd::profiler::OpScope op_scope(name, false);
   const Tensor x_in = autocast_input("matmul", x_raw), w_in = autocast_input("matmul", w_raw);
   Tensor x = float_contiguous(x_in, name, "input"), w = float_contiguous(w_in, name, "weight");
-  Tensor targets = i32_contiguous(targets_in, name, "targets");
   expect_same_dtype(name, {{"input", &x_in}, {"weight", &w_in}});
-  expect_same_device(name, {{"input", &x_in}, {"weight", &w_in}, {"targets", &targets}});
+  expect_same_device(name, {{"input", &x_in}, {"weight", &w_in}});
   if (w.dim() != 2 || x.dim() < 1 || x.size(-1) != w.size(1))
     PT_THROW(InputError, name, ": input ", shape_str(x.shape()), " does not fit weight ", shape_str(w.shape()),
              " (V, C)");
   const int64_t C = x.size(-1), V = w.size(0), N = x.numel() / std::max<int64_t>(C, 1);
   if (V == 0) PT_THROW(InputError, name, ": the weight has no rows (V = 0)");
-  if (targets.numel() != N)
-    PT_THROW(InputError, name, ": ", targets.numel(), " targets for ", N, " rows of input ", shape_str(x.shape()));
   const int64_t ld = logits_row_stride(V);
   Tensor logits = x.new_empty({N, ld});
   kernel(&Registry::gemm, x)(false, true, N, V, C, 1.0f, x.data_ptr(), C, w.data_ptr(), C, 0.0f, logits.data_ptr(),
                              ld);
-  auto [out, f] = cross_entropy_forward(logits, targets, N, V, ld);
+  auto [out, kept] = loss.forward(logits, N, V, ld);
   if (autograd::any_requires_grad({&x_in, &w_in})) {
-    record_with_node(name, {&x_in, &w_in, &targets_in}, {&out},
-                     [sx = x.detach(), sw = w.detach(), logits, f, targets, N, V, C, ld](
+    record_with_node(name, {&x_in, &w_in}, {&out},
+                     [sx = x.detach(), sw = w.detach(), logits, kept, backward = loss.backward, N, V, C, ld](
                          autograd::Node& node, std::vector<Tensor>& g) {
-                       const Tensor dlogits = cross_entropy_backward(g[0], logits, f, targets, N, V, ld);
+                       const Tensor dlogits = backward(g[0], logits, kept, N, V, ld);
                        auto gemm = kernel(&Registry::gemm, dlogits);
                        Tensor dx, dw;
                        if (node.needs_input_grad(0)) {  // dx (N,C) = dlogits (N,V) @ w (V,C)
@@ -112,10 +110,30 @@ Tensor linear_cross_entropy(const Tensor& x_raw, const Tensor& w_raw, const Tens
                          gemm(true, false, V, C, N, 1.0f, dlogits.data_ptr(), ld, sx.data_ptr(), C, 0.0f,
                               dw.data_ptr(), C);
                        }
-                       return std::vector<Tensor>{dx, dw, Tensor()};
+                       return std::vector<Tensor>{dx, dw};
                      });
   }
   return out;
+}
+
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targets_in) {
+  const char* name = "linear_cross_entropy";
+  const Tensor targets = i32_contiguous(targets_in, name, "targets");
+  expect_same_device(name, {{"input", &x}, {"targets", &targets}});
+  const int64_t rows = x.numel() / std::max<int64_t>(x.dim() ? x.size(-1) : 1, 1);
+  if (targets.numel() != rows)
+    PT_THROW(InputError, name, ": ", targets.numel(), " targets for ", rows, " rows of input ", shape_str(x.shape()));
+  LogitsLoss ce;
+  ce.name = name;
+  ce.forward = [targets](const Tensor& logits, int64_t N, int64_t V, int64_t ld) {
+    auto [out, f] = cross_entropy_forward(logits, targets, N, V, ld);
+    return std::pair<Tensor, std::vector<Tensor>>{out, {f.lse, f.count}};
+  };
+  ce.backward = [targets](const Tensor& g, const Tensor& logits, const std::vector<Tensor>& kept, int64_t N,
+                          int64_t V, int64_t ld) {
+    return cross_entropy_backward(g, logits, CrossEntropySaved{kept[0], kept[1]}, targets, N, V, ld);
+  };
+  return linear_loss(x, w, ce);
 }
 
 }  // namespace paratrain::ops

@@ -130,9 +130,12 @@ const Tensor& VocabParallelEmbedding::position_ids(int64_t B, int64_t Tl, int64_
   return c.ids;
 }
 
+Tensor VocabParallelEmbedding::head_input(const Tensor& hidden) const {
+  return sp_ ? gather_sequence(hidden, tp_) : copy_to_tp(hidden, tp_);
+}
+
 Tensor VocabParallelEmbedding::local_logits(const Tensor& hidden) const {
-  const Tensor h = sp_ ? gather_sequence(hidden, tp_) : copy_to_tp(hidden, tp_);
-  return ops::matmul(h, weight, /*trans_b=*/true);  // (B, T, V/n): this rank's columns only
+  return ops::matmul(head_input(hidden), weight, /*trans_b=*/true);  // (B, T, V/n): this rank's columns only
 }
 
 Tensor VocabParallelEmbedding::tied_logits(const Tensor& hidden) const {
@@ -147,7 +150,7 @@ Tensor VocabParallelEmbedding::tied_logits(const Tensor& hidden) const {
 }
 
 Tensor VocabParallelEmbedding::tied_loss(const Tensor& hidden, const Tensor& targets) const {
-  return vocab_parallel_cross_entropy(local_logits(hidden), targets, start_, vocab_, tp_);
+  return vocab_parallel_linear_cross_entropy(head_input(hidden), weight, targets, start_, vocab_, tp_);
 }
 
 SequenceParallelLayerNorm::SequenceParallelLayerNorm(const nn::LayerNorm& whole, std::shared_ptr<TpGroup> tp)

@@ -1,8 +1,12 @@
 #include "paratrain/parallel/tensor_parallel/vocab_parallel_loss.h"
 
 #include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "paratrain/autograd/engine.h"
+#include "paratrain/autograd/ops.h"
 #include "paratrain/autograd/profiler.h"
 #include "paratrain/base/error.h"
 #include "paratrain/kernels/cpu/softmax.h"
@@ -33,6 +37,71 @@ void check_host_targets(const Tensor& targets, int64_t vocab_size) {
       PT_THROW(InputError, kOp, ": target ", t[r], " at position ", r, " is outside [0, ", vocab_size, ") and not -1");
 }
 
+// The forward's passes and all-reduces over N rows of logits Vl apart, of which the first
+// `valid` columns are this rank's real vocabulary: the mean (a scalar on the logits' device),
+// each row's lse and the count of non-ignored rows (the backward's).
+struct ShardForward {
+  Tensor mean, lse, count;
+};
+
+ShardForward shard_forward(const Tensor& logits, const Tensor& targets, int64_t N, int64_t Vl, int64_t valid,
+                           int64_t vocab_start, int64_t vocab_size, TpGroup& tp) {
+  const int32_t* t = targets.data<int32_t>();
+  // The global max per row (-inf for ignored rows on every rank), then the sums of
+  // exp(logit - max) and the target's logit (0 where this rank does not hold it), one
+  // all-reduce of both, then lse and the losses; the mean and the count stay on the device.
+  Tensor lse = logits.new_empty({N}, DType::F32), sums = logits.new_empty({2 * N}, DType::F32);
+  kernels::kernel(&kernels::Registry::vocab_shard_row_max, logits)(lse.data_ptr(), logits.data_ptr(), t, N, Vl,
+                                                                     valid);
+  tp.allreduce(lse.data_ptr(), static_cast<size_t>(N), DType::F32, comm::ReduceOp::kMax);
+  kernels::kernel(&kernels::Registry::vocab_shard_exp_sums, logits)(sums.data_ptr(), logits.data_ptr(),
+                                                                      lse.data_ptr(), t, N, Vl, valid, vocab_start);
+  tp.allreduce(sums.data_ptr(), static_cast<size_t>(2 * N), DType::F32, comm::ReduceOp::kSum);
+  Tensor losses = logits.new_empty({N}, DType::F32);
+  kernels::kernel(&kernels::Registry::vocab_shard_losses, losses)(losses.data_ptr(), lse.data_ptr(),
+                                                                    sums.data_ptr(), t, N, vocab_size);
+  Tensor out = logits.new_empty({}, DType::F32), count = logits.new_empty({1}, DType::I64);
+  kernels::kernel(&kernels::Registry::crossentropy_mean, losses)(out.data_ptr(), count.data<int64_t>(),
+                                                                   losses.data_ptr(), t, N);
+  return {out, lse, count};
+}
+
+// This rank's dlogits (N, Vl; 0 in the padding and on ignored rows) from the gradient g of the
+// mean (undefined: zeros).
+Tensor shard_backward(const Tensor& g, const Tensor& logits, const Tensor& lse, const Tensor& count,
+                      const Tensor& targets, int64_t N, int64_t Vl, int64_t valid, int64_t vocab_start) {
+  Tensor d = logits.new_empty({N, Vl});
+  if (!g.defined()) {
+    d.zero_();
+    return d;
+  }
+  const Tensor g0 = g.contiguous();
+  Tensor scale = lse.new_empty({1});  // g / count on the device (0 when count is 0)
+  kernels::kernel(&kernels::Registry::crossentropy_grad_scale, scale)(scale.data_ptr(), g0.data_ptr(),
+                                                                        count.data<int64_t>(), 1);
+  kernels::kernel(&kernels::Registry::vocab_shard_ce_backward, d)(d.data_ptr(), logits.data_ptr(), lse.data_ptr(),
+                                                                  scale.data_ptr(), targets.data<int32_t>(), N, Vl,
+                                                                  valid, vocab_start);
+  return d;
+}
+
+// The checks both ops make before any communication: targets one per row and on the logits'
+// device, vocab_start and vocab_size fitting `columns` per rank.
+void check_shard(const char* op, const Tensor& targets, const DeviceSpec& device, int64_t N, int64_t columns,
+                 int64_t vocab_start, int64_t vocab_size, const TpGroup& tp, const std::string& rows_of) {
+  if (targets.device_spec() != device)
+    PT_THROW(InputError, op, ": logits are on ", device.str(), " but targets are on ", targets.device_spec().str(),
+             " (move the data with Tensor::to)");
+  if (targets.numel() != N) PT_THROW(InputError, op, ": ", targets.numel(), " targets for ", N, " rows of ", rows_of);
+  if (vocab_start != static_cast<int64_t>(tp.rank()) * columns)
+    PT_THROW(InputError, op, ": vocab_start ", vocab_start, " on tp rank ", tp.rank(), " with ", columns,
+             " columns per rank; expected ", static_cast<int64_t>(tp.rank()) * columns);
+  if (vocab_size < 1 || vocab_size > static_cast<int64_t>(tp.size()) * columns)
+    PT_THROW(InputError, op, ": vocab_size ", vocab_size, " does not fit ", tp.size(), " ranks x ", columns,
+             " columns (1 to ", static_cast<int64_t>(tp.size()) * columns, ")");
+  check_host_targets(targets, vocab_size);
+}
+
 }  // namespace
 
 Tensor vocab_parallel_cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t vocab_start,
@@ -46,59 +115,52 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits_in, const Tensor& targe
     PT_THROW(InputError, kOp, ": logits ", shape_str(logits_in.shape()), " have no vocabulary columns");
   const Tensor logits = logits_in.contiguous();
   const Tensor targets = target_ids(targets_in);
-  if (targets.device_spec() != logits.device_spec())
-    PT_THROW(InputError, kOp, ": logits are on ", logits.device_spec().str(), " but targets are on ",
-             targets.device_spec().str(), " (move the data with Tensor::to)");
   const int64_t Vl = logits.size(-1), N = logits.numel() / Vl;
-  if (targets.numel() != N)
-    PT_THROW(InputError, kOp, ": ", targets.numel(), " targets for ", N, " rows of logits ", shape_str(logits.shape()));
-  if (vocab_start != static_cast<int64_t>(tp->rank()) * Vl)
-    PT_THROW(InputError, kOp, ": vocab_start ", vocab_start, " on tp rank ", tp->rank(), " with ", Vl,
-             " columns per rank; expected ", static_cast<int64_t>(tp->rank()) * Vl);
-  if (vocab_size < 1 || vocab_size > static_cast<int64_t>(tp->size()) * Vl)
-    PT_THROW(InputError, kOp, ": vocab_size ", vocab_size, " does not fit ", tp->size(), " ranks x ", Vl,
-             " columns (1 to ", static_cast<int64_t>(tp->size()) * Vl, ")");
-  check_host_targets(targets, vocab_size);
+  check_shard(kOp, targets, logits.device_spec(), N, Vl, vocab_start, vocab_size, *tp,
+              "logits " + shape_str(logits.shape()));
   const int64_t valid = std::clamp<int64_t>(vocab_size - vocab_start, 0, Vl);  // columns before the padding
-  const int32_t* t = targets.data<int32_t>();
-
-  // The global max per row (-inf for ignored rows on every rank), then the sums of
-  // exp(logit - max) and the target's logit (0 where this rank does not hold it), one
-  // all-reduce of both, then lse and the losses; the mean and the count stay on the device.
-  Tensor lse = logits.new_empty({N}, DType::F32), sums = logits.new_empty({2 * N}, DType::F32);
-  kernels::kernel(&kernels::Registry::vocab_shard_row_max, logits)(lse.data_ptr(), logits.data_ptr(), t, N, Vl,
-                                                                     valid);
-  tp->allreduce(lse.data_ptr(), static_cast<size_t>(N), DType::F32, comm::ReduceOp::kMax);
-  kernels::kernel(&kernels::Registry::vocab_shard_exp_sums, logits)(sums.data_ptr(), logits.data_ptr(),
-                                                                      lse.data_ptr(), t, N, Vl, valid, vocab_start);
-  tp->allreduce(sums.data_ptr(), static_cast<size_t>(2 * N), DType::F32, comm::ReduceOp::kSum);
-  Tensor losses = logits.new_empty({N}, DType::F32);
-  kernels::kernel(&kernels::Registry::vocab_shard_losses, losses)(losses.data_ptr(), lse.data_ptr(),
-                                                                    sums.data_ptr(), t, N, vocab_size);
-  Tensor out = logits.new_empty({}, DType::F32), count = logits.new_empty({1}, DType::I64);
-  kernels::kernel(&kernels::Registry::crossentropy_mean, losses)(out.data_ptr(), count.data<int64_t>(),
-                                                                   losses.data_ptr(), t, N);
-
+  const ShardForward f = shard_forward(logits, targets, N, Vl, valid, vocab_start, vocab_size, *tp);
   if (autograd::any_requires_grad({&logits_in})) {
     const Tensor saved = logits.detach();
-    auto fn = [saved, lse, targets, count, N, Vl, valid, vocab_start](std::vector<Tensor>& g) {
-      Tensor d = saved.new_empty(saved.shape());
-      if (!g[0].defined()) {
-        d.zero_();
-        return std::vector<Tensor>{d};
-      }
-      const Tensor g0 = g[0].contiguous();
-      Tensor scale = lse.new_empty({1});  // g / count on the device (0 when count is 0)
-      kernels::kernel(&kernels::Registry::crossentropy_grad_scale, scale)(scale.data_ptr(), g0.data_ptr(),
-                                                                            count.data<int64_t>(), 1);
-      kernels::kernel(&kernels::Registry::vocab_shard_ce_backward, d)(d.data_ptr(), saved.data_ptr(), lse.data_ptr(),
-                                                                      scale.data_ptr(), targets.data<int32_t>(), N,
-                                                                      Vl, valid, vocab_start);
-      return std::vector<Tensor>{d};
+    auto fn = [saved, lse = f.lse, count = f.count, targets, N, Vl, valid, vocab_start](std::vector<Tensor>& g) {
+      return std::vector<Tensor>{
+          shard_backward(g[0], saved, lse, count, targets, N, Vl, valid, vocab_start).view(saved.shape())};
     };
+    Tensor out = f.mean;
     autograd::record(std::make_shared<autograd::LambdaNode>(kOp, std::move(fn)), {&logits_in}, {&out});
+    return out;
   }
-  return out;
+  return f.mean;
+}
+
+Tensor vocab_parallel_linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets_in,
+                                           int64_t vocab_start, int64_t vocab_size,
+                                           const std::shared_ptr<TpGroup>& tp) {
+  constexpr const char* op = "vocab_parallel_linear_cross_entropy";
+  if (!tp) PT_THROW(InputError, op, ": no tensor-parallel group");
+  if (!hidden.defined() || !weight.defined() || weight.dim() != 2 || weight.size(0) == 0)
+    PT_THROW(InputError, op, ": needs hidden states and a 2-D weight (this rank's vocabulary rows)");
+  const Tensor targets = target_ids(targets_in);
+  const int64_t rows = weight.size(0), C = weight.size(1);
+  const int64_t N = hidden.dim() && hidden.size(-1) == C ? hidden.numel() / std::max<int64_t>(C, 1) : -1;
+  if (N < 0)
+    PT_THROW(InputError, op, ": hidden ", shape_str(hidden.shape()), " does not fit weight ", shape_str(weight.shape()));
+  check_shard(op, targets, hidden.device_spec(), N, rows, vocab_start, vocab_size, *tp,
+              "hidden " + shape_str(hidden.shape()));
+  const int64_t valid = std::clamp<int64_t>(vocab_size - vocab_start, 0, rows);  // rows before the padding
+  // The logits' rows are ld >= rows apart: the vocab-shard kernels take ld as the row length,
+  // with `valid` (<= rows) real columns and the rest padding, never read.
+  ops::LogitsLoss loss;
+  loss.name = op;
+  loss.forward = [targets, valid, vocab_start, vocab_size, tp](const Tensor& logits, int64_t n, int64_t, int64_t ld) {
+    ShardForward f = shard_forward(logits, targets, n, ld, valid, vocab_start, vocab_size, *tp);
+    return std::pair<Tensor, std::vector<Tensor>>{f.mean, {f.lse, f.count}};
+  };
+  loss.backward = [targets, valid, vocab_start](const Tensor& g, const Tensor& logits, const std::vector<Tensor>& kept,
+                                                int64_t n, int64_t, int64_t ld) {
+    return shard_backward(g, logits, kept[0], kept[1], targets, n, ld, valid, vocab_start);
+  };
+  return ops::linear_loss(hidden, weight, loss);
 }
 
 }  // namespace paratrain::parallel

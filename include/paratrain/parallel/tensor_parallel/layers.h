@@ -75,6 +75,9 @@ class VocabParallelEmbedding final : public nn::Embedding {
   int64_t vocab_start() const { return start_; }
 
  private:
+  // The head's input on this rank: the whole sequence (gathered with sequence parallelism),
+  // its gradient reduced over tp.
+  Tensor head_input(const Tensor& hidden) const;
   Tensor local_logits(const Tensor& hidden) const;
   // The (B, Tl) position ids first..first+Tl-1 on `device`, kept for the next call of that shape.
   const Tensor& position_ids(int64_t B, int64_t Tl, int64_t first, const DeviceSpec& device) const;

@@ -50,4 +50,15 @@ namespace paratrain::parallel {
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_size,
                                     const std::shared_ptr<TpGroup>& tp);
 
+// vocab_parallel_cross_entropy(matmul(hidden, weight, /*trans_b=*/true), ...) as one op
+// (ops::linear_loss): the tied head of a vocab-parallel embedding and its loss, with this
+// rank's logits only inside the op, in rows of ops::logits_row_stride(Vl) elements (16-byte
+// aligned for cuBLASLt's fast GEMMs; GPT-2's 50257 over 2 ranks is 25129 columns a rank).
+// hidden (..., C) as it reaches the head (already copied to or gathered over tp), weight
+// (Vl, C) this rank's rows of the padded vocabulary; the same value and gradients as the two
+// ops (bit for bit on the CPU). The same errors, naming hidden instead of logits.
+Tensor vocab_parallel_linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
+                                           int64_t vocab_start, int64_t vocab_size,
+                                           const std::shared_ptr<TpGroup>& tp);
+
 }  // namespace paratrain::parallel
