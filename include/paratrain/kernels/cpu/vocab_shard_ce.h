@@ -1,7 +1,9 @@
 // The cross-entropy of logits cut by vocabulary over the ranks of a tensor-parallel group
 // (parallel/tensor_parallel/vocab_parallel_loss.h builds the op from these passes and two
-// all-reduces). Each rank holds logits (N, Vl) of the vocabulary [vocab_start, vocab_start +
-// Vl), whose first `valid` columns are real and the rest padding (never read, gradient 0).
+// all-reduces). Each rank holds logits (N, Vl) of the vocabulary from vocab_start on, whose
+// first `valid` columns are real and the rest padding (never read, gradient 0): the vocabulary
+// padded to a multiple of tp, and past a rank's share the columns that align its rows
+// (vocab_parallel_linear_cross_entropy's rows of ops::logits_row_stride).
 // targets (N) int32 are global ids in [0, vocab_size) or kIgnoreIndex (softmax.h).
 //
 //   row_max (N)   = max of the row's valid columns; -inf for an ignored row   -> all-reduce max
