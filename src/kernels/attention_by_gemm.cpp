@@ -159,8 +159,10 @@ void attention_by_gemm_backward(void* dqkv, const void* dout, const void* qkv, c
                                                   int64_t, int64_t, int64_t, int64_t, int64_t, bool);
 PT_ATTENTION_BY_GEMM(Device::CPU, DType::F32)
 PT_ATTENTION_BY_GEMM(Device::CPU, DType::BF16)
+PT_ATTENTION_BY_GEMM(Device::CPU, DType::F16)
 PT_ATTENTION_BY_GEMM(Device::CUDA, DType::F32)
 PT_ATTENTION_BY_GEMM(Device::CUDA, DType::BF16)
+PT_ATTENTION_BY_GEMM(Device::CUDA, DType::F16)
 #undef PT_ATTENTION_BY_GEMM
 
 }  // namespace paratrain::kernels

@@ -145,6 +145,17 @@ TEST(CudaLayerKernels, RegisteredWithTheCpuDtypes) {
   same_dtypes(r.attention_backward);
   EXPECT_TRUE(r.attention_forward.has(kGpu, kBF16));
   EXPECT_TRUE(r.crossentropy_backward.has(kGpu, kBF16));
+  // --precision fp16 runs the attention and the loss in f16: the GPU has them as the CPU does.
+  auto has_f16 = [](const auto& t) {
+    EXPECT_TRUE(t.has(kCpu, DType::F16)) << t.op();
+    EXPECT_TRUE(t.has(kGpu, DType::F16)) << t.op();
+  };
+  has_f16(r.attention_forward);
+  has_f16(r.attention_backward);
+  has_f16(r.crossentropy_forward);
+  has_f16(r.crossentropy_backward);
+  has_f16(r.attention_split_heads);
+  has_f16(r.attention_merge_heads);
 }
 
 // ---- LayerNorm ----
@@ -519,6 +530,68 @@ TEST(CudaLayerKernels, AttentionBF16MatchesCpu) {
     // d includes the prefill: += is checked
     expect_close(from_bf16(dd.download()), from_bf16(d), impl.bf16_dqkv, "attention bf16 dqkv");
   });
+}
+
+// f16 (--precision fp16): the tables' attention (the GEMM form, f32 products, in every
+// PARATRAIN_CUDA_ATTENTION form) and cross-entropy against the CPU's f16 kernels on the same
+// values; f16 keeps 11 significant bits, so 4e-3 relative (a few of its ulps) plus 1e-3 of the
+// largest value, and the f32 tolerance for the f32 statistics.
+TEST(CudaLayerKernels, F16AttentionAndCrossEntropyMatchCpu) {
+  PT_REQUIRE_GPU();
+  constexpr DType kF16 = DType::F16;
+  constexpr Tolerance kF16Tol{4e-3, 1e-3};
+  auto to_f16 = [](const std::vector<float>& f) {
+    std::vector<uint16_t> h(f.size());
+    for (size_t i = 0; i < f.size(); ++i) h[i] = f32_to_f16(f[i]);
+    return h;
+  };
+  auto from_f16 = [](const std::vector<uint16_t>& h) {
+    std::vector<float> f(h.size());
+    for (size_t i = 0; i < h.size(); ++i) f[i] = f16_to_f32(h[i]);
+    return f;
+  };
+  {
+    const int64_t B = 2, T = 150, NH = 3, hs = 32, C = NH * hs;
+    const size_t nqkv = static_cast<size_t>(B * T * 3 * C), nout = static_cast<size_t>(B * T * C),
+                 nlse = static_cast<size_t>(B * NH * T);
+    const std::vector<uint16_t> qkv = to_f16(uniform(nqkv, -2, 2, 61));
+    std::vector<uint16_t> out(nout);
+    std::vector<float> lse(nlse);
+    R().attention_forward.at(kCpu, kF16)(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    DeviceBuffer<uint16_t> dq(qkv), dout_(filled<uint16_t>(nout, 0));
+    DeviceBuffer<float> dlse(filled(nlse, 9.0f));
+    R().attention_forward.at(kGpu, kF16)(dout_.get(), dlse.get(), dq.get(), B, T, C, NH);
+    expect_close(from_f16(dout_.download()), from_f16(out), kF16Tol, "attention f16 out");
+    expect_close(dlse.download(), lse, kF32Tol, "attention f16 lse");
+    const std::vector<uint16_t> g = to_f16(uniform(nout, -1, 1, 62)), d0 = to_f16(uniform(nqkv, -0.1f, 0.1f, 63));
+    std::vector<uint16_t> d = d0;
+    R().attention_backward.at(kCpu, kF16)(d.data(), g.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+    DeviceBuffer<uint16_t> dg(g), cout_(out), dd(d0);
+    DeviceBuffer<float> clse(lse);
+    R().attention_backward.at(kGpu, kF16)(dd.get(), dg.get(), dq.get(), cout_.get(), clse.get(), B, T, C, NH);
+    expect_close(from_f16(dd.download()), from_f16(d), kF16Tol, "attention f16 dqkv");
+  }
+  for (const CeCase& k : kCeCases) {
+    SCOPED_TRACE("N=" + std::to_string(k.N) + " V=" + std::to_string(k.V));
+    const size_t n = static_cast<size_t>(k.N * k.V), rows = static_cast<size_t>(k.N);
+    const std::vector<uint16_t> x = to_f16(uniform(n, -3, 3, 64));
+    const std::vector<float> dl = uniform(rows, 0.1f, 1.0f, 65);
+    const std::vector<int32_t> t = targets_for(k);
+    std::vector<float> loss(rows), lse(rows);
+    std::vector<uint16_t> dlogits(n);
+    R().crossentropy_forward.at(kCpu, kF16)(loss.data(), lse.data(), x.data(), t.data(), k.N, k.V, k.V);
+    R().crossentropy_backward.at(kCpu, kF16)(dlogits.data(), dl.data(), x.data(), lse.data(), t.data(), k.N, k.V,
+                                             k.V);
+    DeviceBuffer<uint16_t> dx(x), dd(filled<uint16_t>(n, 0x4700));  // 7.0 in f16: must be overwritten
+    DeviceBuffer<float> ddl(dl), dloss(filled(rows, 5.0f)), dlse(filled(rows, 0.0f));
+    DeviceBuffer<int32_t> dt(t);
+    R().crossentropy_forward.at(kGpu, kF16)(dloss.get(), dlse.get(), dx.get(), dt.get(), k.N, k.V, k.V);
+    expect_close(dloss.download(), loss, kF32Tol, "crossentropy f16 losses");
+    expect_close(dlse.download(), lse, kF32Tol, "crossentropy f16 lse");
+    DeviceBuffer<float> cl(lse);
+    R().crossentropy_backward.at(kGpu, kF16)(dd.get(), ddl.get(), dx.get(), cl.get(), dt.get(), k.N, k.V, k.V);
+    expect_close(from_f16(dd.download()), from_f16(dlogits), kF16Tol, "crossentropy f16 dlogits");
+  }
 }
 
 // The flash backward has one writer per element of dqkv (no atomics): two runs give the same

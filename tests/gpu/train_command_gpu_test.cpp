@@ -128,14 +128,19 @@ TEST_F(TrainCommandOnGpu, F32FollowsTheCpuRunAndReportsTheGpu) {
   EXPECT_GT(gpu[0]["mem_peak_bytes"][0].get<int64_t>(), 3 * 120576 * 4);
 }
 
-TEST_F(TrainCommandOnGpu, Bf16LearnsAndStaysNearF32) {
+// bf16, and fp16 with its dynamic loss scaler (the f16 attention and cross-entropy tables):
+// each learns and ends near the f32 run.
+TEST_F(TrainCommandOnGpu, HalfPrecisionsLearnAndStayNearF32) {
   PT_REQUIRE_GPU();
   const auto f32 = losses(train(base(20) + " --device cuda", "f32.jsonl"));
-  const auto bf16 = losses(train(base(20) + " --device cuda --precision bf16", "bf16.jsonl"));
-  ASSERT_EQ(bf16.size(), 20u);
-  for (double l : bf16) EXPECT_TRUE(std::isfinite(l));
-  EXPECT_LT(bf16.back(), bf16.front() - 0.1);  // it learns the pattern
-  EXPECT_NEAR(bf16.back(), f32.back(), 0.05 * f32.back());
+  for (const std::string precision : {"bf16", "fp16"}) {
+    SCOPED_TRACE(precision);
+    const auto half = losses(train(base(20) + " --device cuda --precision " + precision, precision + ".jsonl"));
+    ASSERT_EQ(half.size(), 20u);
+    for (double l : half) EXPECT_TRUE(std::isfinite(l));
+    EXPECT_LT(half.back(), half.front() - 0.1);  // it learns the pattern
+    EXPECT_NEAR(half.back(), f32.back(), 0.05 * f32.back());
+  }
 }
 
 // Resumed from its step-4 checkpoint: the same steps 5..8 as the run that never stopped. The

@@ -154,37 +154,47 @@ TEST(AttentionByGemm, ForwardWithoutLse) {
   EXPECT_TRUE(all_close(b, ad, 1e-6, 1e-5));
 }
 
-// bf16 in and out: q, k, v widened, f32 throughout, out and dqkv rounded once, as the fused
-// bf16 attention does; the two differ only in f32 summation order, so by at most an ulp of
-// bf16 here and there.
-TEST(AttentionByGemm, Bf16FollowsTheFusedBf16Attention) {
+// bf16 or f16 in and out: q, k, v widened, f32 throughout, out and dqkv rounded once, as the
+// fused half attention does; the two differ only in f32 summation order, so by at most an ulp
+// of the half type here and there. (f16 is what the CUDA tables run for --precision fp16.)
+TEST(AttentionByGemm, HalfFollowsTheFusedHalfAttention) {
   const int64_t B = 2, T = 37, C = 32, NH = 2;
-  auto qf = randn(B * T * 3 * C, 9, 1.0f), gf = randn(B * T * C, 10);
-  std::vector<uint16_t> qkv(qf.size()), dout(gf.size());
-  for (size_t i = 0; i < qf.size(); ++i) qkv[i] = paratrain::f32_to_bf16(qf[i]);
-  for (size_t i = 0; i < gf.size(); ++i) dout[i] = paratrain::f32_to_bf16(gf[i]);
-  const auto& fwd = registry().attention_forward.at(Device::CPU, DType::BF16);
-  const auto& bwd = registry().attention_backward.at(Device::CPU, DType::BF16);
-  std::vector<uint16_t> out_a(B * T * C), out_b(B * T * C), dqkv_a(qkv.size(), 0), dqkv_b(qkv.size(), 0);
-  std::vector<float> lse_a(B * NH * T), lse_b(B * NH * T);
-  fwd(out_a.data(), lse_a.data(), qkv.data(), B, T, C, NH);
-  bwd(dqkv_a.data(), dout.data(), qkv.data(), out_a.data(), lse_a.data(), B, T, C, NH);
-  attention_by_gemm_forward<Device::CPU, DType::BF16>(out_b.data(), lse_b.data(), qkv.data(), B, T, C, NH, 16);
-  attention_by_gemm_backward<Device::CPU, DType::BF16>(dqkv_b.data(), dout.data(), qkv.data(), out_a.data(),
-                                                       lse_a.data(), B, T, C, NH, 16);
-  auto widen = [](const std::vector<uint16_t>& v) {
-    std::vector<double> d(v.size());
-    for (size_t i = 0; i < v.size(); ++i) d[i] = paratrain::bf16_to_f32(v[i]);
-    return d;
-  };
-  auto as_float = [](const std::vector<uint16_t>& v) {
-    std::vector<float> f(v.size());
-    for (size_t i = 0; i < v.size(); ++i) f[i] = paratrain::bf16_to_f32(v[i]);
-    return f;
-  };
-  EXPECT_TRUE(all_close(as_float(out_b), widen(out_a), 1e-2, 1e-2));
-  EXPECT_TRUE(all_close(lse_b, std::vector<double>(lse_a.begin(), lse_a.end()), 1e-5, 1e-5));
-  EXPECT_TRUE(all_close(as_float(dqkv_b), widen(dqkv_a), 2e-2, 2e-2));
+  for (DType t : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const bool bf = t == DType::BF16;
+    auto to_half = [bf](float x) { return bf ? paratrain::f32_to_bf16(x) : paratrain::f32_to_f16(x); };
+    auto to_float = [bf](uint16_t h) { return bf ? paratrain::bf16_to_f32(h) : paratrain::f16_to_f32(h); };
+    auto qf = randn(B * T * 3 * C, 9, 1.0f), gf = randn(B * T * C, 10);
+    std::vector<uint16_t> qkv(qf.size()), dout(gf.size());
+    for (size_t i = 0; i < qf.size(); ++i) qkv[i] = to_half(qf[i]);
+    for (size_t i = 0; i < gf.size(); ++i) dout[i] = to_half(gf[i]);
+    const auto& fwd = registry().attention_forward.at(Device::CPU, t);
+    const auto& bwd = registry().attention_backward.at(Device::CPU, t);
+    std::vector<uint16_t> out_a(B * T * C), out_b(B * T * C), dqkv_a(qkv.size(), 0), dqkv_b(qkv.size(), 0);
+    std::vector<float> lse_a(B * NH * T), lse_b(B * NH * T);
+    fwd(out_a.data(), lse_a.data(), qkv.data(), B, T, C, NH);
+    bwd(dqkv_a.data(), dout.data(), qkv.data(), out_a.data(), lse_a.data(), B, T, C, NH);
+    const auto by_gemm_fwd = bf ? &attention_by_gemm_forward<Device::CPU, DType::BF16>
+                                : &attention_by_gemm_forward<Device::CPU, DType::F16>;
+    const auto by_gemm_bwd = bf ? &attention_by_gemm_backward<Device::CPU, DType::BF16>
+                                : &attention_by_gemm_backward<Device::CPU, DType::F16>;
+    by_gemm_fwd(out_b.data(), lse_b.data(), qkv.data(), B, T, C, NH, 16, false);
+    by_gemm_bwd(dqkv_b.data(), dout.data(), qkv.data(), out_a.data(), lse_a.data(), B, T, C, NH, 16, false);
+    auto widen = [&](const std::vector<uint16_t>& v) {
+      std::vector<double> d(v.size());
+      for (size_t i = 0; i < v.size(); ++i) d[i] = to_float(v[i]);
+      return d;
+    };
+    auto as_float = [&](const std::vector<uint16_t>& v) {
+      std::vector<float> f(v.size());
+      for (size_t i = 0; i < v.size(); ++i) f[i] = to_float(v[i]);
+      return f;
+    };
+    const double tol = bf ? 1e-2 : 2e-3;  // an ulp of the type: 2^-8 and 2^-11 relative
+    EXPECT_TRUE(all_close(as_float(out_b), widen(out_a), tol, tol));
+    EXPECT_TRUE(all_close(lse_b, std::vector<double>(lse_a.begin(), lse_a.end()), 1e-5, 1e-5));
+    EXPECT_TRUE(all_close(as_float(dqkv_b), widen(dqkv_a), 2 * tol, 2 * tol));
+  }
 }
 
 // bf16 products (the GPU's tensor-core form): P and dS rounded to bf16 before their GEMMs.

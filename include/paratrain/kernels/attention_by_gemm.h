@@ -17,7 +17,7 @@
 // device: on a GPU cuBLASLt's f32 SGEMM (no TF32), the same arithmetic as the CPU's.
 //
 // attention_by_gemm_forward/backward<D, T>: the table signatures of attention_forward and
-// attention_backward for device D and dtype T (f32 or bf16), with the query rows per chunk
+// attention_backward for device D and dtype T (f32, bf16 or f16), with the query rows per chunk
 // after them (0: attention_chunk_rows()); sizes checked as attention.h's.
 //
 // bf16_products (T = bf16 only; f32 ignores it): every GEMM takes bf16 operands with f32

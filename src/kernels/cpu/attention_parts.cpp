@@ -12,10 +12,27 @@
 namespace paratrain::kernels::cpu {
 namespace {
 
-inline float widen(float v) { return v; }
-inline float widen(uint16_t v) { return bf16_to_f32(v); }
-inline void narrow(float& dst, float v) { dst = v; }
-inline void narrow(uint16_t& dst, float v) { dst = f32_to_bf16(v); }
+// The element type of a buffer of dtype D, read as f32 and written rounded once.
+template <DType D>
+struct Conv;
+template <>
+struct Conv<DType::F32> {
+  using S = float;
+  static float widen(float v) { return v; }
+  static float narrow(float v) { return v; }
+};
+template <>
+struct Conv<DType::BF16> {
+  using S = uint16_t;
+  static float widen(uint16_t v) { return bf16_to_f32(v); }
+  static uint16_t narrow(float v) { return f32_to_bf16(v); }
+};
+template <>
+struct Conv<DType::F16> {
+  using S = uint16_t;
+  static float widen(uint16_t v) { return f16_to_f32(v); }
+  static uint16_t narrow(float v) { return f32_to_f16(v); }
+};
 
 // Calls f(p, bh, b, h, t) for every row of every part's heads.
 template <typename F>
@@ -28,23 +45,23 @@ void each_head_row(int64_t B, int64_t T, int64_t NH, int64_t P, F&& f) {
   });
 }
 
-template <typename X>
+template <DType D, typename X = typename Conv<D>::S>
 void split(float* heads, const X* x, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P) {
   const int64_t hs = C / NH;
   each_head_row(B, T, NH, P, [&](int64_t p, int64_t bh, int64_t b, int64_t h, int64_t t) {
     const X* src = x + (b * T + t) * P * C + p * C + h * hs;
     float* dst = heads + ((p * B * NH + bh) * T + t) * hs;
-    for (int64_t d = 0; d < hs; ++d) dst[d] = widen(src[d]);
+    for (int64_t d = 0; d < hs; ++d) dst[d] = Conv<D>::widen(src[d]);
   });
 }
 
-template <typename X>
+template <DType D, typename X = typename Conv<D>::S>
 void merge(X* x, const float* heads, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P, bool accumulate) {
   const int64_t hs = C / NH;
   each_head_row(B, T, NH, P, [&](int64_t p, int64_t bh, int64_t b, int64_t h, int64_t t) {
     X* dst = x + (b * T + t) * P * C + p * C + h * hs;
     const float* src = heads + ((p * B * NH + bh) * T + t) * hs;
-    for (int64_t d = 0; d < hs; ++d) narrow(dst[d], accumulate ? widen(dst[d]) + src[d] : src[d]);
+    for (int64_t d = 0; d < hs; ++d) dst[d] = Conv<D>::narrow(accumulate ? Conv<D>::widen(dst[d]) + src[d] : src[d]);
   });
 }
 
@@ -59,19 +76,27 @@ void each_chunk_row(int64_t BH, int64_t r0, int64_t rows, F&& f) {
 }  // namespace
 
 void attention_split_heads(float* heads, const float* x, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P) {
-  split(heads, x, B, T, C, NH, P);
+  split<DType::F32>(heads, x, B, T, C, NH, P);
 }
 void attention_split_heads_bf16(float* heads, const uint16_t* x, int64_t B, int64_t T, int64_t C, int64_t NH,
                                 int64_t P) {
-  split(heads, x, B, T, C, NH, P);
+  split<DType::BF16>(heads, x, B, T, C, NH, P);
+}
+void attention_split_heads_f16(float* heads, const uint16_t* x, int64_t B, int64_t T, int64_t C, int64_t NH,
+                               int64_t P) {
+  split<DType::F16>(heads, x, B, T, C, NH, P);
 }
 void attention_merge_heads(float* x, const float* heads, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P,
                            bool accumulate) {
-  merge(x, heads, B, T, C, NH, P, accumulate);
+  merge<DType::F32>(x, heads, B, T, C, NH, P, accumulate);
 }
 void attention_merge_heads_bf16(uint16_t* x, const float* heads, int64_t B, int64_t T, int64_t C, int64_t NH,
                                 int64_t P, bool accumulate) {
-  merge(x, heads, B, T, C, NH, P, accumulate);
+  merge<DType::BF16>(x, heads, B, T, C, NH, P, accumulate);
+}
+void attention_merge_heads_f16(uint16_t* x, const float* heads, int64_t B, int64_t T, int64_t C, int64_t NH,
+                               int64_t P, bool accumulate) {
+  merge<DType::F16>(x, heads, B, T, C, NH, P, accumulate);
 }
 
 void attention_chunk_softmax(float* S, float* lse, int64_t BH, int64_t T, int64_t r0, int64_t rows) {

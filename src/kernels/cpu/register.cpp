@@ -78,8 +78,10 @@ void register_kernels(Registry& r) {
   PT_CPU_F32(attention_chunk_dscores);
   PT_CPU_F32(attention_rowdot);
   r.attention_split_heads.set(C, DType::BF16, erase<&cpu::attention_split_heads_bf16>);
+  r.attention_split_heads.set(C, DType::F16, erase<&cpu::attention_split_heads_f16>);
   r.gemm_batched_to_f32.set(C, DType::BF16, erase<&cpu::gemm_batched_bf16>);
   r.attention_merge_heads.set(C, DType::BF16, erase<&cpu::attention_merge_heads_bf16>);
+  r.attention_merge_heads.set(C, DType::F16, erase<&cpu::attention_merge_heads_f16>);
   PT_CPU_F32(embedding_forward);
   PT_CPU_F32(embedding_backward);
   PT_CPU_F32(vocab_embedding_forward);

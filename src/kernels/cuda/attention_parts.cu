@@ -129,6 +129,10 @@ void attention_split_heads_bf16(float* heads, const uint16_t* x, int64_t B, int6
                                 int64_t P) {
   split<DType::BF16>(heads, x, B, T, C, NH, P);
 }
+void attention_split_heads_f16(float* heads, const uint16_t* x, int64_t B, int64_t T, int64_t C, int64_t NH,
+                               int64_t P) {
+  split<DType::F16>(heads, x, B, T, C, NH, P);
+}
 void attention_merge_heads(float* x, const float* heads, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P,
                            bool accumulate) {
   merge<DType::F32>(x, heads, B, T, C, NH, P, accumulate);
@@ -136,6 +140,10 @@ void attention_merge_heads(float* x, const float* heads, int64_t B, int64_t T, i
 void attention_merge_heads_bf16(uint16_t* x, const float* heads, int64_t B, int64_t T, int64_t C, int64_t NH,
                                 int64_t P, bool accumulate) {
   merge<DType::BF16>(x, heads, B, T, C, NH, P, accumulate);
+}
+void attention_merge_heads_f16(uint16_t* x, const float* heads, int64_t B, int64_t T, int64_t C, int64_t NH,
+                               int64_t P, bool accumulate) {
+  merge<DType::F16>(x, heads, B, T, C, NH, P, accumulate);
 }
 
 void attention_chunk_softmax(float* S, float* lse, int64_t BH, int64_t T, int64_t r0, int64_t rows) {

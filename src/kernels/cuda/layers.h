@@ -43,6 +43,10 @@ void crossentropy_backward(float* dlogits, const float* dlosses, const float* lo
                            const int32_t* targets, int64_t N, int64_t V, int64_t ld);
 void crossentropy_backward_bf16(uint16_t* dlogits, const float* dlosses, const uint16_t* logits,
                                 const float* lse, const int32_t* targets, int64_t N, int64_t V, int64_t ld);
+void crossentropy_forward_f16(float* losses, float* lse, const uint16_t* logits, const int32_t* targets, int64_t N,
+                              int64_t V, int64_t ld);
+void crossentropy_backward_f16(uint16_t* dlogits, const float* dlosses, const uint16_t* logits, const float* lse,
+                               const int32_t* targets, int64_t N, int64_t V, int64_t ld);
 
 constexpr int64_t kAttnMaxHeadSize = 128;
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
@@ -70,10 +74,14 @@ bool attention_backward_flash_bf16(uint16_t* dqkv, const uint16_t* dout, const u
 void attention_split_heads(float* heads, const float* x, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P);
 void attention_split_heads_bf16(float* heads, const uint16_t* x, int64_t B, int64_t T, int64_t C, int64_t NH,
                                 int64_t P);
+void attention_split_heads_f16(float* heads, const uint16_t* x, int64_t B, int64_t T, int64_t C, int64_t NH,
+                               int64_t P);
 void attention_merge_heads(float* x, const float* heads, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P,
                            bool accumulate);
 void attention_merge_heads_bf16(uint16_t* x, const float* heads, int64_t B, int64_t T, int64_t C, int64_t NH,
                                 int64_t P, bool accumulate);
+void attention_merge_heads_f16(uint16_t* x, const float* heads, int64_t B, int64_t T, int64_t C, int64_t NH,
+                               int64_t P, bool accumulate);
 void attention_chunk_softmax(float* S, float* lse, int64_t BH, int64_t T, int64_t r0, int64_t rows);
 void attention_chunk_probs(float* S, const float* lse, int64_t BH, int64_t T, int64_t r0, int64_t rows);
 void attention_chunk_dscores(float* dP, const float* P, const float* D, int64_t BH, int64_t T, int64_t r0,

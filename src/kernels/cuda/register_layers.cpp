@@ -63,7 +63,7 @@ AttentionForm attention_form() {
 
 void register_layer_kernels(Registry& r) {
   constexpr Device G = Device::CUDA;
-  constexpr DType F = DType::F32, BF = DType::BF16;
+  constexpr DType F = DType::F32, BF = DType::BF16, H = DType::F16;
   r.layernorm_forward.set(G, F, erase<&cuda::layernorm_forward>);
   r.layernorm_backward.set(G, F, erase<&cuda::layernorm_backward>);
   r.softmax_forward.set(G, F, erase<&cuda::softmax_forward>);
@@ -74,6 +74,12 @@ void register_layer_kernels(Registry& r) {
   r.crossentropy_forward.set(G, BF, erase<&cuda::crossentropy_forward_bf16>);
   r.crossentropy_backward.set(G, F, erase<&cuda::crossentropy_backward>);
   r.crossentropy_backward.set(G, BF, erase<&cuda::crossentropy_backward_bf16>);
+  r.crossentropy_forward.set(G, H, erase<&cuda::crossentropy_forward_f16>);
+  r.crossentropy_backward.set(G, H, erase<&cuda::crossentropy_backward_f16>);
+  // f16 (--precision fp16) in every form: the GEMM attention, f32 products (the flash and
+  // tiles kernels are bf16 and f32 only).
+  r.attention_forward.set(G, H, &gemm_attention_forward<H>);
+  r.attention_backward.set(G, H, &gemm_attention_backward<H>);
   switch (attention_form()) {
     case AttentionForm::kFlash:
       r.attention_forward.set(G, F, &gemm_attention_forward<F>);
@@ -99,8 +105,10 @@ void register_layer_kernels(Registry& r) {
   }
   r.attention_split_heads.set(G, F, erase<&cuda::attention_split_heads>);
   r.attention_split_heads.set(G, BF, erase<&cuda::attention_split_heads_bf16>);
+  r.attention_split_heads.set(G, H, erase<&cuda::attention_split_heads_f16>);
   r.attention_merge_heads.set(G, F, erase<&cuda::attention_merge_heads>);
   r.attention_merge_heads.set(G, BF, erase<&cuda::attention_merge_heads_bf16>);
+  r.attention_merge_heads.set(G, H, erase<&cuda::attention_merge_heads_f16>);
   r.attention_chunk_softmax.set(G, F, erase<&cuda::attention_chunk_softmax>);
   r.attention_chunk_probs.set(G, F, erase<&cuda::attention_chunk_probs>);
   r.attention_chunk_dscores.set(G, F, erase<&cuda::attention_chunk_dscores>);

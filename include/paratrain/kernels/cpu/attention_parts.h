@@ -16,16 +16,21 @@
 
 namespace paratrain::kernels::cpu {
 
-// heads[p][bh][t][:] = x[b][t][p*C + h*hs : ...], widened to f32 (T = float or the bf16 bits).
+// heads[p][bh][t][:] = x[b][t][p*C + h*hs : ...], widened to f32 (T = float, or the bits of
+// bf16 or f16).
 void attention_split_heads(float* heads, const float* x, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P);
 void attention_split_heads_bf16(float* heads, const uint16_t* x, int64_t B, int64_t T, int64_t C, int64_t NH,
                                 int64_t P);
+void attention_split_heads_f16(float* heads, const uint16_t* x, int64_t B, int64_t T, int64_t C, int64_t NH,
+                               int64_t P);
 // x[b][t][p*C + h*hs + d] = heads[p][bh][t][d], or with `accumulate` x + heads (in f32, rounded
 // once to x's type).
 void attention_merge_heads(float* x, const float* heads, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P,
                            bool accumulate);
 void attention_merge_heads_bf16(uint16_t* x, const float* heads, int64_t B, int64_t T, int64_t C, int64_t NH,
                                 int64_t P, bool accumulate);
+void attention_merge_heads_f16(uint16_t* x, const float* heads, int64_t B, int64_t T, int64_t C, int64_t NH,
+                               int64_t P, bool accumulate);
 // Forward, in place: row i of each head's chunk becomes the softmax of S[i][0..t] (zeros for
 // j > t); lse[bh][t] = max + log(sum), of the scores as they are in S (already scaled).
 void attention_chunk_softmax(float* S, float* lse, int64_t BH, int64_t T, int64_t r0, int64_t rows);
