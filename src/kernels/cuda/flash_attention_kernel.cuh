@@ -235,20 +235,46 @@ __device__ __forceinline__ void add_tile(uint16_t* dqkv, const float* acc, int l
   }
 }
 
-// The warp's 16 rows (of 64) of X Y^T: X, Y bf16 64 x HS tiles (stride ld), into f32 out
-// (64 x 64, stride kLdS).
+// The warp's 16 rows of a bf16 64 x HS tile (stride ld) that stays in shared memory for the
+// whole kernel, as the A operands of X Y^T (HS / 16 fragments): held in registers for HS = 64,
+// loaded once; for HS = 128 read from shared memory at each use (the keys kernel already uses
+// every register there). init after the tile is in shared memory and the block has synced.
 template <int HS>
-__device__ __forceinline__ void rows_times_transposed(float* out, const __nv_bfloat16* X, const __nv_bfloat16* Y,
+struct RowOperand {
+  using Frag = wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major>;
+  static constexpr bool kInRegisters = HS <= 64;
+  Frag held[kInRegisters ? HS / 16 : 1];
+  const __nv_bfloat16* rows = nullptr;  // the warp's first row
+  int ld = 0;
+  __device__ __forceinline__ void init(const __nv_bfloat16* tile, int ld_, int warp) {
+    rows = tile + (warp * 16) * ld_, ld = ld_;
+    if constexpr (kInRegisters)
+      for (int k = 0; k < HS / 16; ++k) wmma::load_matrix_sync(held[k], rows + k * 16, ld);
+  }
+  // Columns 16k .. 16k + 15: the held fragment, or `scratch` loaded with them.
+  __device__ __forceinline__ const Frag& get(int k, Frag& scratch) const {
+    if constexpr (kInRegisters) {
+      return held[k];
+    } else {
+      wmma::load_matrix_sync(scratch, rows + k * 16, ld);
+      return scratch;
+    }
+  }
+};
+
+// The warp's 16 rows (of 64) of X Y^T: X the warp's rows of a bf16 64 x HS tile, Y a bf16
+// 64 x HS tile (stride ld), into f32 out (64 x 64, stride kLdS).
+template <int HS>
+__device__ __forceinline__ void rows_times_transposed(float* out, const RowOperand<HS>& X, const __nv_bfloat16* Y,
                                                       int ld, int warp) {
   for (int n = 0; n < kKeys / 16; ++n) {
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
     wmma::fill_fragment(acc, 0.0f);
     for (int k = 0; k < HS / 16; ++k) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+      typename RowOperand<HS>::Frag scratch;
       wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> bt;
-      wmma::load_matrix_sync(a, X + (warp * 16) * ld + k * 16, ld);
       wmma::load_matrix_sync(bt, Y + (n * 16) * ld + k * 16, ld);
-      wmma::mma_sync(acc, a, bt, acc);
+      wmma::mma_sync(acc, X.get(k, scratch), bt, acc);
     }
     wmma::store_matrix_sync(out + (warp * 16) * kLdS + n * 16, acc, kLdS, wmma::mem_row_major);
   }
@@ -318,14 +344,18 @@ __global__ void __launch_bounds__(kThreads)
   load_tile<HS>(Vs, L::kLdT, qkv, b, T, C, h, 2, k0);
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> dK[HS / 16], dV[HS / 16];
   for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dK[n], 0.0f), wmma::fill_fragment(dV[n], 0.0f);
+  __syncthreads();
+  RowOperand<HS> k_rows, v_rows;  // the warp's keys and values, for every query tile
+  k_rows.init(Ks, L::kLdT, warp);
+  v_rows.init(Vs, L::kLdT, warp);
 
   for (int64_t q0 = k0; q0 < T; q0 += kRows) {  // query tiles from the diagonal (kRows == kKeys)
     __syncthreads();  // the previous tile's products are done with Q, dO, P^T, dS^T
     load_tile<HS>(Qs, L::kLdT, qkv, b, T, C, h, 0, q0);
     load_query_rows<HS>(dOs, L::kLdT, lse_s, D_s, dout, lse, D, b, bh, T, C, h, q0);
     __syncthreads();
-    rows_times_transposed<HS>(St, Ks, Qs, L::kLdT, warp);    // S^T = K Q^T
-    rows_times_transposed<HS>(dPt, Vs, dOs, L::kLdT, warp);  // dP^T = V dO^T
+    rows_times_transposed<HS>(St, k_rows, Qs, L::kLdT, warp);    // S^T = K Q^T
+    rows_times_transposed<HS>(dPt, v_rows, dOs, L::kLdT, warp);  // dP^T = V dO^T
     __syncthreads();
     for (int e = threadIdx.x; e < kKeys * kRows; e += kThreads) {
       const int i = e / kRows, j = e % kRows;  // key i, query j of the tiles
@@ -379,6 +409,10 @@ __global__ void __launch_bounds__(kThreads)
   load_query_rows<HS>(dOs, L::kLdT, lse_s, D_s, dout, lse, D, b, bh, T, C, h, q0);
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> dQ[HS / 16];
   for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dQ[n], 0.0f);
+  __syncthreads();
+  RowOperand<HS> q_rows, do_rows;  // the warp's queries and their dO, for every key tile
+  q_rows.init(Qs, L::kLdT, warp);
+  do_rows.init(dOs, L::kLdT, warp);
 
   const int64_t key_end = q0 + kRows < T ? q0 + kRows : T;
   for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
@@ -386,8 +420,8 @@ __global__ void __launch_bounds__(kThreads)
     load_tile<HS>(Ks, L::kLdT, qkv, b, T, C, h, 1, k0);
     load_tile<HS>(Vs, L::kLdT, qkv, b, T, C, h, 2, k0);
     __syncthreads();
-    rows_times_transposed<HS>(Ss, Qs, Ks, L::kLdT, warp);    // S = Q K^T
-    rows_times_transposed<HS>(dPs, dOs, Vs, L::kLdT, warp);  // dP = dO V^T
+    rows_times_transposed<HS>(Ss, q_rows, Ks, L::kLdT, warp);    // S = Q K^T
+    rows_times_transposed<HS>(dPs, do_rows, Vs, L::kLdT, warp);  // dP = dO V^T
     __syncthreads();
     for (int e = threadIdx.x; e < kRows * kKeys; e += kThreads) {
       const int i = e / kKeys, j = e % kKeys;  // query i, key j of the tiles
