@@ -77,6 +77,23 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16* tile, int ld, const uin
   load_rows<HS>(tile, ld, qkv + part * C + h * HS, 3 * C, b, T, r0);
 }
 
+// acc[n] (the warp's 16 rows x HS) += M (its 16 rows of a bf16 64 x 64, stride kLdP) Y (bf16
+// 64 x HS, stride ld). k outside n: each fragment of M is loaded once; each acc[n] still adds
+// its k products in order.
+template <int HS>
+__device__ __forceinline__ void accumulate_product(wmma::fragment<wmma::accumulator, 16, 16, 16, float>* acc,
+                                                   const __nv_bfloat16* M, const __nv_bfloat16* Y, int ld, int warp) {
+  for (int k = 0; k < kKeys / 16; ++k) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+    wmma::load_matrix_sync(a, M + (warp * 16) * kLdP + k * 16, kLdP);
+    for (int n = 0; n < HS / 16; ++n) {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> y;
+      wmma::load_matrix_sync(y, Y + (k * 16) * ld + n * 16, ld);
+      wmma::mma_sync(acc[n], a, y, acc[n]);
+    }
+  }
+}
+
 template <int HS>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T, int64_t C, int NH,
@@ -153,19 +170,12 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     // 4. O (16 x HS per warp) += P V
-    for (int n = 0; n < HS / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      float* o = Os + (warp * 16) * L::kLdO + n * 16;
-      wmma::load_matrix_sync(acc, o, L::kLdO, wmma::mem_row_major);
-      for (int k = 0; k < kKeys / 16; ++k) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> p;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> v;
-        wmma::load_matrix_sync(p, Ps + (warp * 16) * kLdP + k * 16, kLdP);
-        wmma::load_matrix_sync(v, Vs + (k * 16) * L::kLdQ + n * 16, L::kLdQ);
-        wmma::mma_sync(acc, p, v, acc);
-      }
-      wmma::store_matrix_sync(o, acc, L::kLdO, wmma::mem_row_major);
-    }
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> o[HS / 16];
+    for (int n = 0; n < HS / 16; ++n)
+      wmma::load_matrix_sync(o[n], Os + (warp * 16) * L::kLdO + n * 16, L::kLdO, wmma::mem_row_major);
+    accumulate_product<HS>(o, Ps, Vs, L::kLdQ, warp);
+    for (int n = 0; n < HS / 16; ++n)
+      wmma::store_matrix_sync(Os + (warp * 16) * L::kLdO + n * 16, o[n], L::kLdO, wmma::mem_row_major);
   }
   __syncthreads();
 
@@ -278,21 +288,6 @@ __device__ __forceinline__ void rows_times_transposed(float* out, const RowOpera
     }
     wmma::store_matrix_sync(out + (warp * 16) * kLdS + n * 16, acc, kLdS, wmma::mem_row_major);
   }
-}
-
-// acc[n] (the warp's 16 rows x HS) += M (its 16 rows of a bf16 64 x 64, stride kLdP) Y (bf16
-// 64 x HS, stride ld).
-template <int HS>
-__device__ __forceinline__ void accumulate_product(wmma::fragment<wmma::accumulator, 16, 16, 16, float>* acc,
-                                                   const __nv_bfloat16* M, const __nv_bfloat16* Y, int ld, int warp) {
-  for (int n = 0; n < HS / 16; ++n)
-    for (int k = 0; k < kKeys / 16; ++k) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> y;
-      wmma::load_matrix_sync(a, M + (warp * 16) * kLdP + k * 16, kLdP);
-      wmma::load_matrix_sync(y, Y + (k * 16) * ld + n * 16, ld);
-      wmma::mma_sync(acc[n], a, y, acc[n]);
-    }
 }
 
 template <int HS>
