@@ -61,7 +61,15 @@ namespace wmma {
 struct matrix_a {}; struct matrix_b {}; struct accumulator {}; struct row_major {}; struct col_major {};
 enum layout_t { mem_row_major, mem_col_major };
 template <typename Use, int M, int N, int K, typename T, typename L = void>
-struct fragment { float v[16][16]; };
+struct fragment {
+  // Every lane holds (and computes) the whole 16 x 16 fragment here, so a lane's elements are
+  // all 256, row-major; a GPU lane holds 8 of them in an unspecified order.
+  static constexpr int num_elements = 256;
+  union {
+    float v[16][16];
+    float x[256];
+  };
+};
 inline void check(const void* p, unsigned ldm, int es) {
   if (reinterpret_cast<uintptr_t>(p) % 32 != 0) { std::fprintf(stderr, "unaligned wmma pointer\n"); std::abort(); }
   if (ldm % (16 / es) != 0) { std::fprintf(stderr, "bad ldm %u\n", ldm); std::abort(); }

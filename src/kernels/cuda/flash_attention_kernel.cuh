@@ -8,23 +8,25 @@
 //      16 x 16 fragment at a time, and stores them to shared memory;
 //   3. two threads per query row (lanes 2r, 2r+1 of a warp, alternate keys, 32 each) scale and
 //      mask the row, update its running max m and sum l online, write P = exp(s - m) rounded to bf16
-//      (as FlashAttention rounds P before P V), and rescale the row's f32 output by
-//      exp(m_old - m);
-//   4. each warp adds P V (WMMA, bf16 x bf16 into f32) to its rows' output in shared memory.
-// At the end the output is divided by l, rounded to bf16 and written to (B,T,C); lse = m +
-// log l (natural log, the scores already scaled: the CPU's convention). Rows past T compute
-// nothing that is written.
+//      (as FlashAttention rounds P before P V), and the row's rescale alpha = exp(m_old - m);
+//   4. each warp scales its rows' f32 output O, WMMA accumulators held in registers across the
+//      tiles, by alpha (the row of an accumulator element from a fragment of row indices), and
+//      adds P V (WMMA, bf16 x bf16 into f32).
+// At the end the output is staged in shared memory, divided by l, rounded to bf16 and written
+// to (B,T,C); lse = m + log l (natural log, the scores already scaled: the CPU's convention).
+// Rows past T compute nothing that is written.
 //
 // Shared memory (dynamic, HS the head size, 64 or 128): Q, K, V tiles bf16 (64 x HS, row
-// stride HS + 8), S f32 (64 x 64, stride 68), P bf16 (64 x 64, stride 72), O f32 (64 x HS,
-// stride HS + 4). Every WMMA pointer is 32-byte aligned and every leading dimension a multiple
+// stride HS + 8), S f32 (64 x 64, stride 68), P bf16 (64 x 64, stride 72), the row-index
+// matrix and the rows' alphas; at the end O f32 (64 x HS, stride HS + 4) over K and V. Every WMMA pointer is 32-byte aligned and every leading dimension a multiple
 // of 8 (bf16) or 4 (f32), as WMMA requires; each row stride is 16 bytes past a multiple of
 // 128, so the 8 rows of a WMMA load's 8 x 16-byte pieces, and the rows the softmax threads
 // read at once, fall in different banks (HS + 16 and 72 put rows 4 apart in one bank).
 //
 // This file holds only the kernels, so that they can be compiled on the host over an emulation
 // of the CUDA built-ins they use (threadIdx, __syncthreads, __shfl_xor_sync, wmma, the bf16
-// conversions) to run its arithmetic without a GPU. The includer provides
+// conversions; an accumulator's num_elements and x[]) to run its arithmetic without a GPU. The
+// includer provides
 // bf16_bits_to_float(uint16_t), float_to_bf16_bits(float) (round to nearest even, NaN kept)
 // and the wmma namespace.
 #pragma once
@@ -49,9 +51,12 @@ struct Layout {
   static constexpr int kV = kK + kKeys * kLdQ * 2;
   static constexpr int kS = kV + kKeys * kLdQ * 2;              // f32
   static constexpr int kP = kS + kRows * kLdS * 4;              // bf16
-  static constexpr int kO = kP + kRows * kLdP * 2;              // f32
-  static constexpr int kBytes = kO + kRows * kLdO * 4;
-  static_assert(kK % 32 == 0 && kV % 32 == 0 && kS % 32 == 0 && kP % 32 == 0 && kO % 32 == 0, "aligned parts");
+  static constexpr int kRowIndex = kP + kRows * kLdP * 2;       // f32 16 x 16: element (r, c) = r
+  static constexpr int kAlpha = kRowIndex + 16 * 16 * 4;        // f32 64: each row's rescale
+  static constexpr int kBytes = kAlpha + kRows * 4;
+  static constexpr int kO = kK;  // f32 64 x HS at the end, over K and V (no longer read then)
+  static_assert(kK % 32 == 0 && kV % 32 == 0 && kS % 32 == 0 && kP % 32 == 0 && kRowIndex % 32 == 0, "aligned parts");
+  static_assert(kRows * kLdO * 4 <= kS - kK, "O fits over K and V");
 };
 
 // Rows [r0, r0 + 64) of a (B, T, row_stride) bf16 array, HS columns from `src` (which points at
@@ -106,22 +111,30 @@ __global__ void __launch_bounds__(kThreads)
   auto* Ss = reinterpret_cast<float*>(smem + L::kS);
   auto* Ps = reinterpret_cast<__nv_bfloat16*>(smem + L::kP);
   auto* Os = reinterpret_cast<float*>(smem + L::kO);
+  auto* row_index = reinterpret_cast<float*>(smem + L::kRowIndex);
+  auto* alpha_s = reinterpret_cast<float*>(smem + L::kAlpha);
 
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int64_t bh = blockIdx.y, b = bh / NH;
   const int h = static_cast<int>(bh % NH);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
   const int row = threadIdx.x / 2, half = threadIdx.x % 2;  // the softmax's row and half of it
   const int64_t q = q0 + row;
 
   load_tile<HS>(Qs, L::kLdQ, qkv, b, T, C, h, 0, q0);
-  for (int e = threadIdx.x; e < kRows * HS; e += kThreads) Os[(e / HS) * L::kLdO + e % HS] = 0.0f;
+  for (int e = threadIdx.x; e < 16 * 16; e += kThreads) row_index[e] = static_cast<float>(e / 16);
   float m = -INFINITY, l = 0.0f;  // the row's running max and sum (both threads of a row)
 
-  // The warp's 16 query rows as WMMA operands, loaded once for every key tile.
+  // The warp's 16 query rows as WMMA operands, loaded once for every key tile; its output rows
+  // O (16 x HS) as accumulators in registers across the tiles. The row of an accumulator's
+  // element is that element of `rows`, the 16 x 16 matrix (r, c) = r loaded as one: fragments
+  // of one type share one (unspecified) mapping of elements to lanes.
   __syncthreads();
   wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> qf[HS / 16];
   for (int k = 0; k < HS / 16; ++k) wmma::load_matrix_sync(qf[k], Qs + (warp * 16) * L::kLdQ + k * 16, L::kLdQ);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> o[HS / 16], rows;
+  wmma::load_matrix_sync(rows, row_index, 16, wmma::mem_row_major);
+  for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(o[n], 0.0f);
 
   const int64_t key_end = q0 + kRows < T ? q0 + kRows : T;  // keys past the block's last row are masked
   for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
@@ -166,17 +179,17 @@ __global__ void __launch_bounds__(kThreads)
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     l = l * alpha + sum;
     m = m_new;
-    for (int d = half; d < HS; d += 2) Os[row * L::kLdO + d] *= alpha;
+    if (half == 0) alpha_s[row] = alpha;
     __syncthreads();
 
-    // 4. O (16 x HS per warp) += P V
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> o[HS / 16];
+    // 4. O (16 x HS per warp) = alpha O + P V: each element scaled by its row's alpha
     for (int n = 0; n < HS / 16; ++n)
-      wmma::load_matrix_sync(o[n], Os + (warp * 16) * L::kLdO + n * 16, L::kLdO, wmma::mem_row_major);
+      for (int i = 0; i < o[n].num_elements; ++i) o[n].x[i] *= alpha_s[warp * 16 + static_cast<int>(rows.x[i])];
     accumulate_product<HS>(o, Ps, Vs, L::kLdQ, warp);
-    for (int n = 0; n < HS / 16; ++n)
-      wmma::store_matrix_sync(Os + (warp * 16) * L::kLdO + n * 16, o[n], L::kLdO, wmma::mem_row_major);
   }
+  __syncthreads();  // every warp is done with K and V: O is staged over them
+  for (int n = 0; n < HS / 16; ++n)
+    wmma::store_matrix_sync(Os + (warp * 16) * L::kLdO + n * 16, o[n], L::kLdO, wmma::mem_row_major);
   __syncthreads();
 
   // out (B,T,C) at [b, q, h*HS + d] = O / l, rounded to bf16; lse = m + log l
@@ -186,7 +199,6 @@ __global__ void __launch_bounds__(kThreads)
     for (int d = half; d < HS; d += 2) dst[d] = float_to_bf16_bits(Os[row * L::kLdO + d] * inv);
     if (half == 0 && lse) lse[bh * T + q] = m + logf(l);
   }
-  (void)lane;
 }
 
 // ---- backward ----
