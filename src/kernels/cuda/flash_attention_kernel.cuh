@@ -203,7 +203,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- backward ----
 // Two kernels, so that every element of dqkv has one writer (no atomics: the same bits every
-// run), each recomputing P = exp(scale S - lse) and dP = dO V^T from the forward's lse:
+// run), each recomputing P = exp(scale S - lse) and dP = dO V^T from the forward's lse, 16
+// columns at a time in WMMA accumulators (an element's row and column from ElementIndex),
+// writing P and dS as bf16 to shared memory for the products:
 //   keys:    a block per 64 keys of one (batch, head), warp w owning keys 16w..16w+15, over the
 //            query tiles from the diagonal on: S^T = K Q^T and dP^T = V dO^T (WMMA), then
 //            P^T and dS^T = P^T (dP^T - D) rounded to bf16, then dV += P^T dO and
@@ -234,14 +236,14 @@ struct BackwardLayout {
   static constexpr int kLdT = HS + 8, kLdA = HS + 4;            // bf16 tiles; f32 results
   static constexpr int kTileBytes = kRows * kLdT * 2;
   static constexpr int kA = 0, kB = kA + kTileBytes, kC = kB + kTileBytes, kD = kC + kTileBytes;  // 4 bf16 tiles
-  static constexpr int kS = kD + kTileBytes;                     // f32 64 x 64 (S or S^T)
-  static constexpr int kdP = kS + kRows * kLdS * 4;              // f32 64 x 64 (dP or dP^T)
-  static constexpr int kP16 = kdP + kRows * kLdS * 4;            // bf16 64 x 64
+  static constexpr int kP16 = kD + kTileBytes;                   // bf16 64 x 64
   static constexpr int kdS16 = kP16 + kRows * kLdP * 2;          // bf16 64 x 64
-  static constexpr int kRowStats = kdS16 + kRows * kLdP * 2;     // f32 lse[64], D[64]
-  static constexpr int kAcc = kRowStats + 2 * kRows * 4;         // f32 64 x HS staging of the result
-  static constexpr int kBytes = kAcc + kRows * kLdA * 4;
-  static_assert(kS % 32 == 0 && kdP % 32 == 0 && kP16 % 32 == 0 && kdS16 % 32 == 0 && kAcc % 32 == 0, "aligned");
+  static constexpr int kIndex = kdS16 + kRows * kLdP * 2;        // f32 16 x 16 twice: (r, c) = r, then = c
+  static constexpr int kRowStats = kIndex + 2 * 16 * 16 * 4;     // f32 lse[64], D[64]
+  static constexpr int kBytes = kRowStats + 2 * kRows * 4;
+  static constexpr int kAcc = kA;  // f32 64 x HS staging of the result at the end, over the tiles
+  static_assert(kP16 % 32 == 0 && kdS16 % 32 == 0 && kIndex % 32 == 0, "aligned");
+  static_assert(kRows * kLdA * 4 <= kP16, "the staging fits over the tiles");
 };
 
 // dqkv[part] (B,T,3C) rows [r0, r0 + 64) of head h += scale * acc (f32 64 x HS, stride ld).
@@ -284,23 +286,37 @@ struct RowOperand {
   }
 };
 
-// The warp's 16 rows (of 64) of X Y^T: X the warp's rows of a bf16 64 x HS tile, Y a bf16
-// 64 x HS tile (stride ld), into f32 out (64 x 64, stride kLdS).
+// Columns 16n .. 16n + 15 of the warp's 16 rows of X Y^T: X the warp's rows of a bf16 64 x HS
+// tile, Y a bf16 64 x HS tile (stride ld), into an f32 accumulator.
 template <int HS>
-__device__ __forceinline__ void rows_times_transposed(float* out, const RowOperand<HS>& X, const __nv_bfloat16* Y,
-                                                      int ld, int warp) {
-  for (int n = 0; n < kKeys / 16; ++n) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::fill_fragment(acc, 0.0f);
-    for (int k = 0; k < HS / 16; ++k) {
-      typename RowOperand<HS>::Frag scratch;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> bt;
-      wmma::load_matrix_sync(bt, Y + (n * 16) * ld + k * 16, ld);
-      wmma::mma_sync(acc, X.get(k, scratch), bt, acc);
-    }
-    wmma::store_matrix_sync(out + (warp * 16) * kLdS + n * 16, acc, kLdS, wmma::mem_row_major);
+__device__ __forceinline__ void product_block(wmma::fragment<wmma::accumulator, 16, 16, 16, float>& acc,
+                                              const RowOperand<HS>& X, const __nv_bfloat16* Y, int ld, int n) {
+  wmma::fill_fragment(acc, 0.0f);
+  for (int k = 0; k < HS / 16; ++k) {
+    typename RowOperand<HS>::Frag scratch;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> bt;
+    wmma::load_matrix_sync(bt, Y + (n * 16) * ld + k * 16, ld);
+    wmma::mma_sync(acc, X.get(k, scratch), bt, acc);
   }
 }
+
+// Where each element of a 16 x 16 f32 accumulator sits: fragments of one type share one
+// (unspecified) mapping of elements to lanes, so the matrices (r, c) = r and (r, c) = c, loaded
+// as accumulators, give every element's row and column. `index` is shared memory for the two
+// (2 x 256 floats, 32-byte aligned); the block syncs between fill and load.
+struct ElementIndex {
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> row, col;
+  __device__ __forceinline__ static void fill(float* index) {
+    for (int e = threadIdx.x; e < 2 * 256; e += kThreads)
+      index[e] = static_cast<float>(e < 256 ? e / 16 : (e - 256) % 16);
+  }
+  __device__ __forceinline__ void load(const float* index) {
+    wmma::load_matrix_sync(row, index, 16, wmma::mem_row_major);
+    wmma::load_matrix_sync(col, index + 256, 16, wmma::mem_row_major);
+  }
+  __device__ __forceinline__ int row_of(int i) const { return static_cast<int>(row.x[i]); }
+  __device__ __forceinline__ int col_of(int i) const { return static_cast<int>(col.x[i]); }
+};
 
 template <int HS>
 __device__ __forceinline__ void store_rows(float* stage, int ld, wmma::fragment<wmma::accumulator, 16, 16, 16, float>* acc,
@@ -334,10 +350,9 @@ __global__ void __launch_bounds__(kThreads)
   auto* Vs = reinterpret_cast<__nv_bfloat16*>(smem + L::kB);
   auto* Qs = reinterpret_cast<__nv_bfloat16*>(smem + L::kC);
   auto* dOs = reinterpret_cast<__nv_bfloat16*>(smem + L::kD);
-  auto* St = reinterpret_cast<float*>(smem + L::kS);     // S^T: keys x queries
-  auto* dPt = reinterpret_cast<float*>(smem + L::kdP);   // dP^T
   auto* Pt16 = reinterpret_cast<__nv_bfloat16*>(smem + L::kP16);
   auto* dSt16 = reinterpret_cast<__nv_bfloat16*>(smem + L::kdS16);
+  auto* index = reinterpret_cast<float*>(smem + L::kIndex);
   auto* lse_s = reinterpret_cast<float*>(smem + L::kRowStats);
   float* D_s = lse_s + kRows;
   auto* stage = reinterpret_cast<float*>(smem + L::kAcc);
@@ -349,37 +364,44 @@ __global__ void __launch_bounds__(kThreads)
 
   load_tile<HS>(Ks, L::kLdT, qkv, b, T, C, h, 1, k0);
   load_tile<HS>(Vs, L::kLdT, qkv, b, T, C, h, 2, k0);
+  ElementIndex::fill(index);
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> dK[HS / 16], dV[HS / 16];
   for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dK[n], 0.0f), wmma::fill_fragment(dV[n], 0.0f);
   __syncthreads();
   RowOperand<HS> k_rows, v_rows;  // the warp's keys and values, for every query tile
   k_rows.init(Ks, L::kLdT, warp);
   v_rows.init(Vs, L::kLdT, warp);
+  ElementIndex at;
+  at.load(index);
 
   for (int64_t q0 = k0; q0 < T; q0 += kRows) {  // query tiles from the diagonal (kRows == kKeys)
     __syncthreads();  // the previous tile's products are done with Q, dO, P^T, dS^T
     load_tile<HS>(Qs, L::kLdT, qkv, b, T, C, h, 0, q0);
     load_query_rows<HS>(dOs, L::kLdT, lse_s, D_s, dout, lse, D, b, bh, T, C, h, q0);
     __syncthreads();
-    rows_times_transposed<HS>(St, k_rows, Qs, L::kLdT, warp);    // S^T = K Q^T
-    rows_times_transposed<HS>(dPt, v_rows, dOs, L::kLdT, warp);  // dP^T = V dO^T
-    __syncthreads();
-    for (int e = threadIdx.x; e < kKeys * kRows; e += kThreads) {
-      const int i = e / kRows, j = e % kRows;  // key i, query j of the tiles
-      const int64_t key = k0 + i, q = q0 + j;
-      float p = 0.0f, ds = 0.0f;
-      if (key <= q && q < T) {
-        p = expf(St[i * kLdS + j] * scale - lse_s[j]);
-        ds = p * (dPt[i * kLdS + j] - D_s[j]);
+    // The warp's keys i against 16 queries j at a time: S^T = K Q^T and dP^T = V dO^T in
+    // accumulators, then P^T and dS^T = P^T (dP^T - D) rounded to bf16 into shared memory.
+    for (int n = 0; n < kRows / 16; ++n) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> st, dpt;
+      product_block<HS>(st, k_rows, Qs, L::kLdT, n);
+      product_block<HS>(dpt, v_rows, dOs, L::kLdT, n);
+      for (int e = 0; e < st.num_elements; ++e) {
+        const int i = warp * 16 + at.row_of(e), j = n * 16 + at.col_of(e);
+        const int64_t key = k0 + i, q = q0 + j;
+        float p = 0.0f, ds = 0.0f;
+        if (key <= q && q < T) {
+          p = expf(st.x[e] * scale - lse_s[j]);
+          ds = p * (dpt.x[e] - D_s[j]);
+        }
+        Pt16[i * kLdP + j] = __float2bfloat16_rn(p);
+        dSt16[i * kLdP + j] = __float2bfloat16_rn(ds);
       }
-      Pt16[i * kLdP + j] = __float2bfloat16_rn(p);
-      dSt16[i * kLdP + j] = __float2bfloat16_rn(ds);
     }
     __syncthreads();
     accumulate_product<HS>(dV, Pt16, dOs, L::kLdT, warp);  // dV += P^T dO
     accumulate_product<HS>(dK, dSt16, Qs, L::kLdT, warp);  // dK += dS^T Q
   }
-  __syncthreads();
+  __syncthreads();  // every warp is done with the tiles: the result is staged over them
   store_rows<HS>(stage, L::kLdA, dK, warp);
   __syncthreads();
   add_tile<HS>(dqkv, stage, L::kLdA, scale, b, T, C, h, 1, k0);
@@ -400,9 +422,8 @@ __global__ void __launch_bounds__(kThreads)
   auto* dOs = reinterpret_cast<__nv_bfloat16*>(smem + L::kB);
   auto* Ks = reinterpret_cast<__nv_bfloat16*>(smem + L::kC);
   auto* Vs = reinterpret_cast<__nv_bfloat16*>(smem + L::kD);
-  auto* Ss = reinterpret_cast<float*>(smem + L::kS);
-  auto* dPs = reinterpret_cast<float*>(smem + L::kdP);
   auto* dS16 = reinterpret_cast<__nv_bfloat16*>(smem + L::kdS16);
+  auto* index = reinterpret_cast<float*>(smem + L::kIndex);
   auto* lse_s = reinterpret_cast<float*>(smem + L::kRowStats);
   float* D_s = lse_s + kRows;
   auto* stage = reinterpret_cast<float*>(smem + L::kAcc);
@@ -414,12 +435,15 @@ __global__ void __launch_bounds__(kThreads)
 
   load_tile<HS>(Qs, L::kLdT, qkv, b, T, C, h, 0, q0);
   load_query_rows<HS>(dOs, L::kLdT, lse_s, D_s, dout, lse, D, b, bh, T, C, h, q0);
+  ElementIndex::fill(index);
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> dQ[HS / 16];
   for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dQ[n], 0.0f);
   __syncthreads();
   RowOperand<HS> q_rows, do_rows;  // the warp's queries and their dO, for every key tile
   q_rows.init(Qs, L::kLdT, warp);
   do_rows.init(dOs, L::kLdT, warp);
+  ElementIndex at;
+  at.load(index);
 
   const int64_t key_end = q0 + kRows < T ? q0 + kRows : T;
   for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
@@ -427,23 +451,27 @@ __global__ void __launch_bounds__(kThreads)
     load_tile<HS>(Ks, L::kLdT, qkv, b, T, C, h, 1, k0);
     load_tile<HS>(Vs, L::kLdT, qkv, b, T, C, h, 2, k0);
     __syncthreads();
-    rows_times_transposed<HS>(Ss, q_rows, Ks, L::kLdT, warp);    // S = Q K^T
-    rows_times_transposed<HS>(dPs, do_rows, Vs, L::kLdT, warp);  // dP = dO V^T
-    __syncthreads();
-    for (int e = threadIdx.x; e < kRows * kKeys; e += kThreads) {
-      const int i = e / kKeys, j = e % kKeys;  // query i, key j of the tiles
-      const int64_t q = q0 + i, key = k0 + j;
-      float ds = 0.0f;
-      if (key <= q && q < T) {
-        const float p = expf(Ss[i * kLdS + j] * scale - lse_s[i]);
-        ds = p * (dPs[i * kLdS + j] - D_s[i]);
+    // The warp's queries i against 16 keys j at a time: S = Q K^T and dP = dO V^T in
+    // accumulators, then dS = P (dP - D) rounded to bf16 into shared memory.
+    for (int n = 0; n < kKeys / 16; ++n) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> sf, dpf;
+      product_block<HS>(sf, q_rows, Ks, L::kLdT, n);
+      product_block<HS>(dpf, do_rows, Vs, L::kLdT, n);
+      for (int e = 0; e < sf.num_elements; ++e) {
+        const int i = warp * 16 + at.row_of(e), j = n * 16 + at.col_of(e);
+        const int64_t q = q0 + i, key = k0 + j;
+        float ds = 0.0f;
+        if (key <= q && q < T) {
+          const float p = expf(sf.x[e] * scale - lse_s[i]);
+          ds = p * (dpf.x[e] - D_s[i]);
+        }
+        dS16[i * kLdP + j] = __float2bfloat16_rn(ds);
       }
-      dS16[i * kLdP + j] = __float2bfloat16_rn(ds);
     }
     __syncthreads();
     accumulate_product<HS>(dQ, dS16, Ks, L::kLdT, warp);  // dQ += dS K
   }
-  __syncthreads();
+  __syncthreads();  // every warp is done with the tiles: the result is staged over them
   store_rows<HS>(stage, L::kLdA, dQ, warp);
   __syncthreads();
   add_tile<HS>(dqkv, stage, L::kLdA, scale, b, T, C, h, 0, q0);
