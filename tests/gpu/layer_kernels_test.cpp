@@ -44,6 +44,8 @@ struct Tolerance {
 };
 constexpr Tolerance kF32Tol{1e-5, 1e-5};
 constexpr Tolerance kBF16Tol{2e-2, 1e-3};
+// f16 keeps 11 significant bits: a few of its ulps (4e-3) plus 1e-3 of the largest value.
+constexpr Tolerance kF16Tol{4e-3, 1e-3};
 
 // A device copy of a host vector; download() waits for the device and copies back.
 template <typename T>
@@ -93,6 +95,20 @@ std::vector<uint16_t> to_bf16(const std::vector<float>& f) {
 std::vector<float> from_bf16(const std::vector<uint16_t>& b) {
   std::vector<float> f(b.size());
   cpu::bf16_to_f32(f.data(), b.data(), static_cast<int64_t>(b.size()));
+  return f;
+}
+
+// Values in (and out of) a half type, bf16 or f16.
+std::vector<uint16_t> to_half(DType t, const std::vector<float>& f) {
+  if (t == kBF16) return to_bf16(f);
+  std::vector<uint16_t> h(f.size());
+  for (size_t i = 0; i < f.size(); ++i) h[i] = f32_to_f16(f[i]);
+  return h;
+}
+std::vector<float> from_half(DType t, const std::vector<uint16_t>& h) {
+  if (t == kBF16) return from_bf16(h);
+  std::vector<float> f(h.size());
+  for (size_t i = 0; i < h.size(); ++i) f[i] = f16_to_f32(h[i]);
   return f;
 }
 
@@ -300,29 +316,35 @@ TEST(CudaLayerKernels, CrossEntropyF32MatchesCpu) {
   }
 }
 
-TEST(CudaLayerKernels, CrossEntropyBF16MatchesCpu) {
+// bf16 and f16 (--precision fp16) logits against the CPU's kernel of the same type: the f32
+// statistics of identical inputs within the f32 tolerance, the gradient within its type's.
+TEST(CudaLayerKernels, CrossEntropyHalfMatchesCpu) {
   PT_REQUIRE_GPU();
-  for (const CeCase& k : kCeCases) {
-    SCOPED_TRACE("N=" + std::to_string(k.N) + " V=" + std::to_string(k.V));
-    const size_t n = static_cast<size_t>(k.N * k.V), rows = static_cast<size_t>(k.N);
-    const std::vector<uint16_t> x = to_bf16(uniform(n, -3, 3, 24));
-    const std::vector<float> dl = uniform(rows, 0.1f, 1.0f, 25);
-    const std::vector<int32_t> t = targets_for(k);
-    std::vector<float> loss(rows), lse(rows);
-    std::vector<uint16_t> dlogits(n);
-    R().crossentropy_forward.at(kCpu, kBF16)(loss.data(), lse.data(), x.data(), t.data(), k.N, k.V, k.V);
-    R().crossentropy_backward.at(kCpu, kBF16)(dlogits.data(), dl.data(), x.data(), lse.data(), t.data(), k.N, k.V, k.V);
-
-    DeviceBuffer<uint16_t> dx(x), dd(filled<uint16_t>(n, 0x40e0));  // 7.0: must be overwritten
-    DeviceBuffer<float> ddl(dl), dloss(filled(rows, 5.0f)), dlse(filled(rows, 0.0f));
-    DeviceBuffer<int32_t> dt(t);
-    R().crossentropy_forward.at(kGpu, kBF16)(dloss.get(), dlse.get(), dx.get(), dt.get(), k.N, k.V, k.V);
-    // f32 statistics of identical bf16 inputs: the f32 tolerance.
-    expect_close(dloss.download(), loss, kF32Tol, "crossentropy bf16 losses");
-    expect_close(dlse.download(), lse, kF32Tol, "crossentropy bf16 lse");
-    DeviceBuffer<float> cl(lse);
-    R().crossentropy_backward.at(kGpu, kBF16)(dd.get(), ddl.get(), dx.get(), cl.get(), dt.get(), k.N, k.V, k.V);
-    expect_close_bf16(dd.download(), dlogits, "crossentropy bf16 dlogits");
+  for (DType type : {kBF16, DType::F16}) {
+    const bool bf = type == kBF16;
+    const Tolerance tol = bf ? kBF16Tol : kF16Tol;
+    const uint16_t seven = bf ? 0x40e0 : 0x4700;  // 7.0: must be overwritten
+    for (const CeCase& k : kCeCases) {
+      SCOPED_TRACE(std::string(dtype_name(type)) + " N=" + std::to_string(k.N) + " V=" + std::to_string(k.V));
+      const size_t n = static_cast<size_t>(k.N * k.V), rows = static_cast<size_t>(k.N);
+      const std::vector<uint16_t> x = to_half(type, uniform(n, -3, 3, 24));
+      const std::vector<float> dl = uniform(rows, 0.1f, 1.0f, 25);
+      const std::vector<int32_t> t = targets_for(k);
+      std::vector<float> loss(rows), lse(rows);
+      std::vector<uint16_t> dlogits(n);
+      R().crossentropy_forward.at(kCpu, type)(loss.data(), lse.data(), x.data(), t.data(), k.N, k.V, k.V);
+      R().crossentropy_backward.at(kCpu, type)(dlogits.data(), dl.data(), x.data(), lse.data(), t.data(), k.N, k.V,
+                                               k.V);
+      DeviceBuffer<uint16_t> dx(x), dd(filled<uint16_t>(n, seven));
+      DeviceBuffer<float> ddl(dl), dloss(filled(rows, 5.0f)), dlse(filled(rows, 0.0f));
+      DeviceBuffer<int32_t> dt(t);
+      R().crossentropy_forward.at(kGpu, type)(dloss.get(), dlse.get(), dx.get(), dt.get(), k.N, k.V, k.V);
+      expect_close(dloss.download(), loss, kF32Tol, "crossentropy losses");
+      expect_close(dlse.download(), lse, kF32Tol, "crossentropy lse");
+      DeviceBuffer<float> cl(lse);
+      R().crossentropy_backward.at(kGpu, type)(dd.get(), ddl.get(), dx.get(), cl.get(), dt.get(), k.N, k.V, k.V);
+      expect_close(from_half(type, dd.download()), from_half(type, dlogits), tol, "crossentropy dlogits");
+    }
   }
 }
 
@@ -533,65 +555,31 @@ TEST(CudaLayerKernels, AttentionBF16MatchesCpu) {
 }
 
 // f16 (--precision fp16): the tables' attention (the GEMM form, f32 products, in every
-// PARATRAIN_CUDA_ATTENTION form) and cross-entropy against the CPU's f16 kernels on the same
-// values; f16 keeps 11 significant bits, so 4e-3 relative (a few of its ulps) plus 1e-3 of the
-// largest value, and the f32 tolerance for the f32 statistics.
-TEST(CudaLayerKernels, F16AttentionAndCrossEntropyMatchCpu) {
+// PARATRAIN_CUDA_ATTENTION form) against the CPU's f16 attention on the same values, within
+// f16's tolerance (the f32 statistics within f32's).
+TEST(CudaLayerKernels, F16AttentionMatchesCpu) {
   PT_REQUIRE_GPU();
   constexpr DType kF16 = DType::F16;
-  constexpr Tolerance kF16Tol{4e-3, 1e-3};
-  auto to_f16 = [](const std::vector<float>& f) {
-    std::vector<uint16_t> h(f.size());
-    for (size_t i = 0; i < f.size(); ++i) h[i] = f32_to_f16(f[i]);
-    return h;
-  };
-  auto from_f16 = [](const std::vector<uint16_t>& h) {
-    std::vector<float> f(h.size());
-    for (size_t i = 0; i < h.size(); ++i) f[i] = f16_to_f32(h[i]);
-    return f;
-  };
-  {
-    const int64_t B = 2, T = 150, NH = 3, hs = 32, C = NH * hs;
-    const size_t nqkv = static_cast<size_t>(B * T * 3 * C), nout = static_cast<size_t>(B * T * C),
-                 nlse = static_cast<size_t>(B * NH * T);
-    const std::vector<uint16_t> qkv = to_f16(uniform(nqkv, -2, 2, 61));
-    std::vector<uint16_t> out(nout);
-    std::vector<float> lse(nlse);
-    R().attention_forward.at(kCpu, kF16)(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-    DeviceBuffer<uint16_t> dq(qkv), dout_(filled<uint16_t>(nout, 0));
-    DeviceBuffer<float> dlse(filled(nlse, 9.0f));
-    R().attention_forward.at(kGpu, kF16)(dout_.get(), dlse.get(), dq.get(), B, T, C, NH);
-    expect_close(from_f16(dout_.download()), from_f16(out), kF16Tol, "attention f16 out");
-    expect_close(dlse.download(), lse, kF32Tol, "attention f16 lse");
-    const std::vector<uint16_t> g = to_f16(uniform(nout, -1, 1, 62)), d0 = to_f16(uniform(nqkv, -0.1f, 0.1f, 63));
-    std::vector<uint16_t> d = d0;
-    R().attention_backward.at(kCpu, kF16)(d.data(), g.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
-    DeviceBuffer<uint16_t> dg(g), cout_(out), dd(d0);
-    DeviceBuffer<float> clse(lse);
-    R().attention_backward.at(kGpu, kF16)(dd.get(), dg.get(), dq.get(), cout_.get(), clse.get(), B, T, C, NH);
-    expect_close(from_f16(dd.download()), from_f16(d), kF16Tol, "attention f16 dqkv");
-  }
-  for (const CeCase& k : kCeCases) {
-    SCOPED_TRACE("N=" + std::to_string(k.N) + " V=" + std::to_string(k.V));
-    const size_t n = static_cast<size_t>(k.N * k.V), rows = static_cast<size_t>(k.N);
-    const std::vector<uint16_t> x = to_f16(uniform(n, -3, 3, 64));
-    const std::vector<float> dl = uniform(rows, 0.1f, 1.0f, 65);
-    const std::vector<int32_t> t = targets_for(k);
-    std::vector<float> loss(rows), lse(rows);
-    std::vector<uint16_t> dlogits(n);
-    R().crossentropy_forward.at(kCpu, kF16)(loss.data(), lse.data(), x.data(), t.data(), k.N, k.V, k.V);
-    R().crossentropy_backward.at(kCpu, kF16)(dlogits.data(), dl.data(), x.data(), lse.data(), t.data(), k.N, k.V,
-                                             k.V);
-    DeviceBuffer<uint16_t> dx(x), dd(filled<uint16_t>(n, 0x4700));  // 7.0 in f16: must be overwritten
-    DeviceBuffer<float> ddl(dl), dloss(filled(rows, 5.0f)), dlse(filled(rows, 0.0f));
-    DeviceBuffer<int32_t> dt(t);
-    R().crossentropy_forward.at(kGpu, kF16)(dloss.get(), dlse.get(), dx.get(), dt.get(), k.N, k.V, k.V);
-    expect_close(dloss.download(), loss, kF32Tol, "crossentropy f16 losses");
-    expect_close(dlse.download(), lse, kF32Tol, "crossentropy f16 lse");
-    DeviceBuffer<float> cl(lse);
-    R().crossentropy_backward.at(kGpu, kF16)(dd.get(), ddl.get(), dx.get(), cl.get(), dt.get(), k.N, k.V, k.V);
-    expect_close(from_f16(dd.download()), from_f16(dlogits), kF16Tol, "crossentropy f16 dlogits");
-  }
+  const int64_t B = 2, T = 150, NH = 3, hs = 32, C = NH * hs;
+  const size_t nqkv = static_cast<size_t>(B * T * 3 * C), nout = static_cast<size_t>(B * T * C),
+               nlse = static_cast<size_t>(B * NH * T);
+  const std::vector<uint16_t> qkv = to_half(kF16, uniform(nqkv, -2, 2, 61));
+  std::vector<uint16_t> out(nout);
+  std::vector<float> lse(nlse);
+  R().attention_forward.at(kCpu, kF16)(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  DeviceBuffer<uint16_t> dq(qkv), dout_(filled<uint16_t>(nout, 0));
+  DeviceBuffer<float> dlse(filled(nlse, 9.0f));
+  R().attention_forward.at(kGpu, kF16)(dout_.get(), dlse.get(), dq.get(), B, T, C, NH);
+  expect_close(from_half(kF16, dout_.download()), from_half(kF16, out), kF16Tol, "attention f16 out");
+  expect_close(dlse.download(), lse, kF32Tol, "attention f16 lse");
+  const std::vector<uint16_t> g = to_half(kF16, uniform(nout, -1, 1, 62)),
+                              d0 = to_half(kF16, uniform(nqkv, -0.1f, 0.1f, 63));
+  std::vector<uint16_t> d = d0;
+  R().attention_backward.at(kCpu, kF16)(d.data(), g.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+  DeviceBuffer<uint16_t> dg(g), cout_(out), dd(d0);
+  DeviceBuffer<float> clse(lse);
+  R().attention_backward.at(kGpu, kF16)(dd.get(), dg.get(), dq.get(), cout_.get(), clse.get(), B, T, C, NH);
+  expect_close(from_half(kF16, dd.download()), from_half(kF16, d), kF16Tol, "attention f16 dqkv");
 }
 
 // The flash backward has one writer per element of dqkv (no atomics): two runs give the same
