@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "paratrain/kernels/registry.h"
@@ -121,9 +123,26 @@ TEST(KernelDispatch, HalfCrossEntropyWithARowStride) {
       for (int64_t c = 0; c < V; ++c) ASSERT_EQ(d_s[n * ld + c], d_c[n * V + c]) << dtype_name(t) << " " << n << "," << c;
       for (int64_t c = V; c < ld; ++c) ASSERT_EQ(d_s[n * ld + c], 0x1234) << dtype_name(t) << " padding " << n << "," << c;
     }
-    EXPECT_THROW(r.crossentropy_forward.at(Device::CPU, t)(loss_s.data(), lse_s.data(), strided.data(), targets.data(),
-                                                           N, V, V - 1),
-                 InputError);
+    // A row stride below V: each kernel names itself.
+    const std::pair<const char*, std::function<void()>> short_rows[] = {
+        {"crossentropy_forward", [&] {
+           r.crossentropy_forward.at(Device::CPU, t)(loss_s.data(), lse_s.data(), strided.data(), targets.data(), N,
+                                                     V, V - 1);
+         }},
+        {"crossentropy_backward", [&] {
+           r.crossentropy_backward.at(Device::CPU, t)(d_s.data(), dl.data(), strided.data(), lse_s.data(),
+                                                      targets.data(), N, V, V - 1);
+         }}};
+    for (const auto& [who, call] : short_rows) {
+      try {
+        call();
+        ADD_FAILURE() << dtype_name(t) << " " << who << ": a row stride below V was taken";
+      } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string(who) + ": row stride ld=36 is below the row length V=37"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 //           f32 result: the same as the f32 kernel followed by a cast of its gradient back to T.
 // Elements [V, ld) of a row are neither read nor written.
 #include "kernels/cpu/half_util.h"
+#include "kernels/cpu/rows.h"
 #include "paratrain/kernels/registry.h"
 
 namespace paratrain::kernels::cpu {
@@ -17,7 +18,7 @@ namespace {
 template <DType T>
 void crossentropy_forward_half(void* losses, void* lse, const void* logits, const int32_t* targets, int64_t N,
                                int64_t V, int64_t ld) {
-  if (ld < V) PT_THROW(InputError, "crossentropy_forward: row stride ld=", ld, " is below the row length V=", V);
+  detail::check_row_stride(V, ld, "crossentropy_forward");
   float* f = detail::half_scratch(0, static_cast<size_t>(N * V));
   detail::widen_rows<T>(f, V, static_cast<const uint16_t*>(logits), ld, N, V);
   crossentropy_forward(static_cast<float*>(losses), static_cast<float*>(lse), f, targets, N, V, V);
@@ -26,7 +27,7 @@ void crossentropy_forward_half(void* losses, void* lse, const void* logits, cons
 template <DType T>
 void crossentropy_backward_half(void* dlogits, const void* dlosses, const void* logits, const void* lse,
                                 const int32_t* targets, int64_t N, int64_t V, int64_t ld) {
-  if (ld < V) PT_THROW(InputError, "crossentropy_backward: row stride ld=", ld, " is below the row length V=", V);
+  detail::check_row_stride(V, ld, "crossentropy_backward");
   float* f = detail::half_scratch(0, static_cast<size_t>(N * V));
   float* d = detail::half_scratch(1, static_cast<size_t>(N * V));
   detail::widen_rows<T>(f, V, static_cast<const uint16_t*>(logits), ld, N, V);

@@ -1,5 +1,5 @@
 // Private row helpers shared by softmax, cross-entropy and attention: vectorised max,
-// exp-and-sum, dot product over one contiguous row.
+// exp-and-sum, dot product over one contiguous row; the check of a row stride.
 #pragma once
 
 #include <cmath>
@@ -7,8 +7,14 @@
 #include <limits>
 
 #include "kernels/cpu/simd.h"
+#include "paratrain/base/error.h"
 
 namespace paratrain::kernels::cpu::detail {
+
+// InputError naming `who` unless rows of V elements fit a row stride of ld (ld >= V).
+inline void check_row_stride(int64_t V, int64_t ld, const char* who) {
+  if (ld < V) PT_THROW(InputError, who, ": row stride ld=", ld, " is below the row length V=", V);
+}
 
 inline float row_max(const float* x, int64_t n) {
   float m = -std::numeric_limits<float>::infinity();

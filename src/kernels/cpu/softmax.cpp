@@ -82,16 +82,12 @@ void check_targets(const int32_t* targets, int64_t N, int64_t V, const char* who
       PT_THROW(InputError, who, ": target ", t, " at row ", n, " is outside [0,", V, ")");
   }
 }
-
-void check_row_stride(int64_t V, int64_t ld, const char* who) {
-  if (ld < V) PT_THROW(InputError, who, ": row stride ld=", ld, " is below the row length V=", V);
-}
 }  // namespace
 
 void crossentropy_forward(float* losses, float* lse, const float* logits,
                           const int32_t* targets, int64_t N, int64_t V, int64_t ld) {
   check(N, V, "crossentropy_forward");
-  check_row_stride(V, ld, "crossentropy_forward");
+  detail::check_row_stride(V, ld, "crossentropy_forward");
   check_targets(targets, N, V, "crossentropy_forward");
   detail::parallel_for(N, grain_rows(V), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
@@ -108,7 +104,7 @@ void crossentropy_forward(float* losses, float* lse, const float* logits,
 void crossentropy_backward(float* dlogits, const float* dlosses, const float* logits,
                            const float* lse, const int32_t* targets, int64_t N, int64_t V, int64_t ld) {
   check(N, V, "crossentropy_backward");
-  check_row_stride(V, ld, "crossentropy_backward");
+  detail::check_row_stride(V, ld, "crossentropy_backward");
   check_targets(targets, N, V, "crossentropy_backward");
   detail::parallel_for(N, grain_rows(V), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {

@@ -92,8 +92,9 @@ bool check(int64_t N, int64_t V, int64_t ld, const char* who) {
 template <DType D>
 void forward(float* losses, float* lse, const void* logits, const int32_t* targets, int64_t N, int64_t V, int64_t ld) {
   if (!check(N, V, ld, "crossentropy_forward")) return;
-  crossentropy_forward_kernel<D>
-      <<<static_cast<unsigned>(N), kThreads, 0, detail::stream()>>>(losses, lse, static_cast<const typename Elem<D>::S*>(logits), targets, V, ld);
+  using S = typename Elem<D>::S;
+  crossentropy_forward_kernel<D><<<static_cast<unsigned>(N), kThreads, 0, detail::stream()>>>(
+      losses, lse, static_cast<const S*>(logits), targets, V, ld);
   PT_CUDA_CHECK_LAUNCH();
 }
 
@@ -102,8 +103,8 @@ void backward(void* dlogits, const float* dlosses, const void* logits, const flo
               int64_t N, int64_t V, int64_t ld) {
   if (!check(N, V, ld, "crossentropy_backward")) return;
   using S = typename Elem<D>::S;
-  crossentropy_backward_kernel<D>
-      <<<static_cast<unsigned>(N), kThreads, 0, detail::stream()>>>(static_cast<S*>(dlogits), dlosses, static_cast<const S*>(logits), lse, targets, V, ld);
+  crossentropy_backward_kernel<D><<<static_cast<unsigned>(N), kThreads, 0, detail::stream()>>>(
+      static_cast<S*>(dlogits), dlosses, static_cast<const S*>(logits), lse, targets, V, ld);
   PT_CUDA_CHECK_LAUNCH();
 }
 
