@@ -264,6 +264,39 @@ TEST(VocabParallelCrossEntropy, TheHeadAndLossInOneOpAreTheTwoOpsBitForBit) {
     }
 }
 
+// The head in one op names what is wrong before any communication.
+TEST(VocabParallelCrossEntropy, TheHeadInOneOpNamesBadInputs) {
+  auto one = std::make_shared<TpGroup>(nullptr);  // one rank
+  const Tensor hidden = Tensor::zeros({4, 8}), weight = Tensor::zeros({6, 8});
+  const Tensor targets = Tensor::from_vector_i32({0, 5, -1, 2}, {4});
+  EXPECT_NO_THROW(vocab_parallel_linear_cross_entropy(hidden, weight, targets, 0, 6, one));
+  auto message = [&](const Tensor& h, const Tensor& w, const Tensor& t, int64_t start, int64_t size,
+                     std::shared_ptr<TpGroup> tp) {
+    try {
+      vocab_parallel_linear_cross_entropy(h, w, t, start, size, tp);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no InputError)");
+  };
+  const std::string op = "vocab_parallel_linear_cross_entropy: ";
+  for (const auto& [got, want] : std::vector<std::pair<std::string, std::string>>{
+           {message(hidden, weight, targets, 0, 6, nullptr), op + "no tensor-parallel group"},
+           {message(hidden, Tensor::zeros({48}), targets, 0, 6, one),
+            op + "needs hidden states and a 2-D weight (this rank's vocabulary rows)"},
+           {message(hidden, Tensor::zeros({0, 8}), targets, 0, 6, one),
+            op + "needs hidden states and a 2-D weight (this rank's vocabulary rows)"},
+           {message(Tensor::zeros({4, 7}), weight, targets, 0, 6, one),
+            op + "hidden [4, 7] does not fit weight [6, 8]"},
+           {message(hidden, weight, Tensor::from_vector_i32({0, 1, 2}, {3}), 0, 6, one),
+            op + "3 targets for 4 rows of hidden states [4, 8]"},
+           {message(hidden, weight, targets, 6, 6, one), op + "vocab_start 6 on tp rank 0 with 6 columns per rank"},
+           {message(hidden, weight, targets, 0, 7, one), op + "vocab_size 7 does not fit 1 ranks x 6 columns"},
+           {message(hidden, weight, targets, 0, 5, one), "target 5 at position 1 is outside [0, 5)"},
+       })
+    EXPECT_NE(got.find(want), std::string::npos) << "want: " << want << "\ngot:  " << got;
+}
+
 TEST(VocabParallelCrossEntropy, RejectsBadInputs) {
   auto one = std::make_shared<TpGroup>(nullptr);  // one rank
   Tensor logits = Tensor::zeros({4, 6});

@@ -1,7 +1,6 @@
 #include "paratrain/parallel/tensor_parallel/vocab_parallel_loss.h"
 
 #include <algorithm>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -85,14 +84,17 @@ Tensor shard_backward(const Tensor& g, const Tensor& logits, const Tensor& lse, 
   return d;
 }
 
-// The checks both ops make before any communication: targets one per row and on the logits'
-// device, vocab_start and vocab_size fitting `columns` per rank.
-void check_shard(const char* op, const Tensor& targets, const DeviceSpec& device, int64_t N, int64_t columns,
-                 int64_t vocab_start, int64_t vocab_size, const TpGroup& tp, const std::string& rows_of) {
-  if (targets.device_spec() != device)
-    PT_THROW(InputError, op, ": logits are on ", device.str(), " but targets are on ", targets.device_spec().str(),
-             " (move the data with Tensor::to)");
-  if (targets.numel() != N) PT_THROW(InputError, op, ": ", targets.numel(), " targets for ", N, " rows of ", rows_of);
+// The checks both ops make before any communication: targets one per row of `input` (the
+// logits, or the head's hidden states: `what`) and on its device, vocab_start and vocab_size
+// fitting `columns` per rank.
+void check_shard(const char* op, const char* what, const Tensor& input, int64_t N, const Tensor& targets,
+                 int64_t columns, int64_t vocab_start, int64_t vocab_size, const TpGroup& tp) {
+  if (targets.device_spec() != input.device_spec())
+    PT_THROW(InputError, op, ": ", what, " are on ", input.device_spec().str(), " but targets are on ",
+             targets.device_spec().str(), " (move the data with Tensor::to)");
+  if (targets.numel() != N)
+    PT_THROW(InputError, op, ": ", targets.numel(), " targets for ", N, " rows of ", what, " ",
+             shape_str(input.shape()));
   if (vocab_start != static_cast<int64_t>(tp.rank()) * columns)
     PT_THROW(InputError, op, ": vocab_start ", vocab_start, " on tp rank ", tp.rank(), " with ", columns,
              " columns per rank; expected ", static_cast<int64_t>(tp.rank()) * columns);
@@ -116,21 +118,19 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits_in, const Tensor& targe
   const Tensor logits = logits_in.contiguous();
   const Tensor targets = target_ids(targets_in);
   const int64_t Vl = logits.size(-1), N = logits.numel() / Vl;
-  check_shard(kOp, targets, logits.device_spec(), N, Vl, vocab_start, vocab_size, *tp,
-              "logits " + shape_str(logits.shape()));
+  check_shard(kOp, "logits", logits, N, targets, Vl, vocab_start, vocab_size, *tp);
   const int64_t valid = std::clamp<int64_t>(vocab_size - vocab_start, 0, Vl);  // columns before the padding
   const ShardForward f = shard_forward(logits, targets, N, Vl, valid, vocab_start, vocab_size, *tp);
+  Tensor out = f.mean;
   if (autograd::any_requires_grad({&logits_in})) {
     const Tensor saved = logits.detach();
     auto fn = [saved, lse = f.lse, count = f.count, targets, N, Vl, valid, vocab_start](std::vector<Tensor>& g) {
       return std::vector<Tensor>{
           shard_backward(g[0], saved, lse, count, targets, N, Vl, valid, vocab_start).view(saved.shape())};
     };
-    Tensor out = f.mean;
     autograd::record(std::make_shared<autograd::LambdaNode>(kOp, std::move(fn)), {&logits_in}, {&out});
-    return out;
   }
-  return f.mean;
+  return out;
 }
 
 Tensor vocab_parallel_linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets_in,
@@ -145,8 +145,7 @@ Tensor vocab_parallel_linear_cross_entropy(const Tensor& hidden, const Tensor& w
   const int64_t N = hidden.dim() && hidden.size(-1) == C ? hidden.numel() / std::max<int64_t>(C, 1) : -1;
   if (N < 0)
     PT_THROW(InputError, op, ": hidden ", shape_str(hidden.shape()), " does not fit weight ", shape_str(weight.shape()));
-  check_shard(op, targets, hidden.device_spec(), N, rows, vocab_start, vocab_size, *tp,
-              "hidden " + shape_str(hidden.shape()));
+  check_shard(op, "hidden states", hidden, N, targets, rows, vocab_start, vocab_size, *tp);
   const int64_t valid = std::clamp<int64_t>(vocab_size - vocab_start, 0, rows);  // rows before the padding
   // The logits' rows are ld >= rows apart: the vocab-shard kernels take ld as the row length,
   // with `valid` (<= rows) real columns and the rest padding, never read.

@@ -56,7 +56,8 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
 // aligned for cuBLASLt's fast GEMMs; GPT-2's 50257 over 2 ranks is 25129 columns a rank).
 // hidden (..., C) as it reaches the head (already copied to or gathered over tp), weight
 // (Vl, C) this rank's rows of the padded vocabulary; the same value and gradients as the two
-// ops (bit for bit on the CPU). The same errors, naming hidden instead of logits.
+// ops (bit for bit on the CPU). The same errors, naming the hidden states instead of the logits,
+// and InputError for a weight that is not 2-D with rows or hidden states that do not fit it.
 Tensor vocab_parallel_linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
                                            int64_t vocab_start, int64_t vocab_size,
                                            const std::shared_ptr<TpGroup>& tp);
