@@ -8,6 +8,8 @@
 #include <fstream>
 #include <string>
 
+#include "support/error_of.h"
+
 namespace paratrain::testing {
 
 struct TempDir {
@@ -34,21 +36,6 @@ inline void write_bytes(const std::string& path, const std::string& bytes) {
 inline std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// Runs `f`, expects it to throw E, and returns the message ("" and a test failure otherwise).
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception";
-  return "";
 }
 
 }  // namespace paratrain::testing

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "kernels/test_util.h"
+#include "support/error_of.h"
 #include "paratrain/kernels/cpu.h"
 
 namespace paratrain::kernels::cpu {
@@ -107,19 +108,12 @@ TEST(CrossEntropy, RowStrideReadsAndWritesOnlyTheFirstVOfEachRow) {
     for (int64_t c = 0; c < V; ++c) ASSERT_EQ(d_s[n * ld + c], d_c[n * V + c]) << n << "," << c;
     for (int64_t c = V; c < ld; ++c) ASSERT_EQ(d_s[n * ld + c], 123.0f) << "padding written at " << n << "," << c;
   }
-  auto message_of = [](auto&& call) {
-    try {
-      call();
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no InputError)");
-  };
-  EXPECT_NE(message_of([&] {
+  using paratrain::testing::error_of;
+  EXPECT_NE(error_of<InputError>([&] {
               crossentropy_forward(loss_s.data(), lse_s.data(), strided.data(), tgt.data(), N, V, V - 1);
             }).find("crossentropy_forward: row stride ld=76 is below the row length V=77"),
             std::string::npos);
-  EXPECT_NE(message_of([&] {
+  EXPECT_NE(error_of<InputError>([&] {
               crossentropy_backward(d_s.data(), dl.data(), strided.data(), lse_s.data(), tgt.data(), N, V, 10);
             }).find("crossentropy_backward: row stride ld=10 is below the row length V=77"),
             std::string::npos);

@@ -11,6 +11,7 @@
 #include "paratrain/autograd/ops.h"
 #include "paratrain/base/error.h"
 #include "paratrain/nn/gpt.h"
+#include "support/error_of.h"
 
 using namespace paratrain;
 
@@ -90,21 +91,14 @@ TEST(LinearCrossEntropy, NamesMisfitShapes) {
   EXPECT_THROW(ops::linear_cross_entropy(x, w, Tensor::from_vector_i32({1, 2}, {2})), InputError);
   EXPECT_THROW(ops::linear_cross_entropy(x, randn({0, 8}, 2), t), InputError);
   EXPECT_THROW(ops::linear_cross_entropy(x, w, Tensor::from_vector_i32({1, 11, 3}, {3})), InputError);  // target >= V
-  auto message = [](auto&& call) {
-    try {
-      call();
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no InputError)");
-  };
-  EXPECT_NE(message([&] { ops::linear_cross_entropy(x, w, Tensor::from_vector_i32({1, 2}, {2})); })
+  using paratrain::testing::error_of;
+  EXPECT_NE(error_of<InputError>([&] { ops::linear_cross_entropy(x, w, Tensor::from_vector_i32({1, 2}, {2})); })
                 .find("linear_cross_entropy: 2 targets for 3 rows of input [3, 8]"),
             std::string::npos);
-  EXPECT_NE(message([&] { ops::linear_cross_entropy(x, randn({0, 8}, 2), t); })
+  EXPECT_NE(error_of<InputError>([&] { ops::linear_cross_entropy(x, randn({0, 8}, 2), t); })
                 .find("linear_cross_entropy: the weight has no rows (V = 0)"),
             std::string::npos);
-  EXPECT_NE(message([&] { ops::linear_cross_entropy(x, w, Tensor::from_vector_i32({1, 11, 3}, {3})); })
+  EXPECT_NE(error_of<InputError>([&] { ops::linear_cross_entropy(x, w, Tensor::from_vector_i32({1, 11, 3}, {3})); })
                 .find("crossentropy_forward: target 11 at row 1 is outside [0,11)"),
             std::string::npos);
 }

@@ -37,6 +37,7 @@ extern char** environ;
 #include "paratrain/tensor/random.h"
 #include "parallel/ddp_test_util.h"
 #include "parallel/train_multirank_util.h"
+#include "support/error_of.h"
 
 using namespace paratrain;
 using namespace paratrain::parallel;
@@ -270,14 +271,10 @@ TEST(VocabParallelCrossEntropy, TheHeadInOneOpNamesBadInputs) {
   const Tensor hidden = Tensor::zeros({4, 8}), weight = Tensor::zeros({6, 8});
   const Tensor targets = Tensor::from_vector_i32({0, 5, -1, 2}, {4});
   EXPECT_NO_THROW(vocab_parallel_linear_cross_entropy(hidden, weight, targets, 0, 6, one));
-  auto message = [&](const Tensor& h, const Tensor& w, const Tensor& t, int64_t start, int64_t size,
-                     std::shared_ptr<TpGroup> tp) {
-    try {
-      vocab_parallel_linear_cross_entropy(h, w, t, start, size, tp);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no InputError)");
+  auto message = [](const Tensor& h, const Tensor& w, const Tensor& t, int64_t start, int64_t size,
+                    std::shared_ptr<TpGroup> tp) {
+    return paratrain::testing::error_of<InputError>(
+        [&] { vocab_parallel_linear_cross_entropy(h, w, t, start, size, tp); });
   };
   const std::string op = "vocab_parallel_linear_cross_entropy: ";
   for (const auto& [got, want] : std::vector<std::pair<std::string, std::string>>{
