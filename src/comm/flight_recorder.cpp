@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -93,6 +94,13 @@ std::string flight_progress_path(const std::string& dir, int rank) {
 std::optional<FlightProgressSnapshot> read_flight_progress(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
+  // A file shorter than the record (not a progress file, or one cut short) is not mapped:
+  // reading a mapping past a file's end raises SIGBUS.
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(FlightProgress))) {
+    ::close(fd);
+    return std::nullopt;
+  }
   void* m = ::mmap(nullptr, sizeof(FlightProgress), PROT_READ, MAP_SHARED, fd, 0);
   ::close(fd);
   if (m == MAP_FAILED) return std::nullopt;
@@ -200,21 +208,35 @@ void FlightRecorder::open_progress() {
     }
   }).detach();
 
+  // Made whole under a temporary name, then renamed into place: a reader (the launcher's
+  // watcher, polling from the rank's start) never sees the file empty or half-initialised,
+  // also when a restarted rank replaces its predecessor's.
   const std::string path = flight_progress_path(dump_dir_, rank_);
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return;
   if (::ftruncate(fd, sizeof(FlightProgress)) != 0) {
     ::close(fd);
+    ::unlink(tmp.c_str());
     return;
   }
   void* m = ::mmap(nullptr, sizeof(FlightProgress), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
-  if (m == MAP_FAILED) return;
-  progress_ = new (m) FlightProgress();
-  progress_->pid = ::getpid();
-  progress_->rank = rank_;
+  if (m == MAP_FAILED) {
+    ::unlink(tmp.c_str());
+    return;
+  }
+  auto* progress = new (m) FlightProgress();
+  progress->pid = ::getpid();
+  progress->rank = rank_;
   std::atomic_thread_fence(std::memory_order_release);
-  progress_->magic = FlightProgress::kMagic;
+  progress->magic = FlightProgress::kMagic;
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::munmap(m, sizeof(FlightProgress));
+    ::unlink(tmp.c_str());
+    return;
+  }
+  progress_ = progress;
 }
 
 void FlightRecorder::publish(const FlightRecord& r, bool issued) {

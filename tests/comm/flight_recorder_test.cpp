@@ -174,7 +174,11 @@ TEST(FlightRecorder, DumpIsJsonWithGroupsLastCompletedAndPending) {
     EXPECT_EQ(j["records"][0]["bytes"], 16);
     EXPECT_EQ(j["records"][2]["dtype"], "i32");
 
-    // The progress file: counters and the last issued and finished calls.
+    // The progress file: counters and the last issued and finished calls. It was made whole
+    // under a temporary name and renamed (none is left behind).
+    EXPECT_EQ(std::filesystem::file_size(flight_progress_path(dir, 3)), sizeof(FlightProgress));
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
     auto prog = read_flight_progress(flight_progress_path(dir, 3));
     ASSERT_TRUE(prog.has_value());
     EXPECT_EQ(prog->pid, ::getpid());
@@ -186,6 +190,20 @@ TEST(FlightRecorder, DumpIsJsonWithGroupsLastCompletedAndPending) {
     EXPECT_STREQ(prog->last_issued.group, "world/0");
     EXPECT_EQ(prog->last_finished.op, static_cast<uint8_t>(OpType::kAllreduce));
     EXPECT_STREQ(prog->last_finished.group, "world");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A progress file shorter than its record (seen empty, between another process's create and
+// its size) reads as nothing: mapping past a file's end would raise SIGBUS in the reader
+// (FlightRecorderProcesses.Sigusr1WritesADumpAndTheRankContinues died so once under CI).
+TEST(FlightRecorder, AShortProgressFileReadsAsNothing) {
+  const std::string dir = temp_dir("short");
+  std::filesystem::create_directories(dir);
+  const std::string path = flight_progress_path(dir, 0);
+  for (size_t bytes : {size_t{0}, size_t{8}, sizeof(FlightProgress) - 1}) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << std::string(bytes, '\0');
+    EXPECT_FALSE(read_flight_progress(path).has_value()) << bytes << " bytes";
   }
   std::filesystem::remove_all(dir);
 }
