@@ -1,8 +1,10 @@
 // The flash attention kernels (kernels/cuda/flash_attention_kernel.cuh) run on the CPU over an
 // emulation of the CUDA built-ins they use: every CUDA thread of a block is a host thread,
 // __syncthreads a barrier, __shfl_xor_sync an exchange through memory between two barriers,
-// WMMA fragments 16 x 16 arrays that every lane of a warp computes alike (lane 0 stores them),
-// with WMMA's alignment (32 bytes) and leading-dimension rules checked. Forward, D and the two
+// WMMA operand fragments 16 x 16 arrays that every lane of a warp holds whole, accumulators
+// spread over the warp's 32 lanes as on the GPU (8 elements a lane, in the layout of sm_80's
+// mma.sync: a lane's elements are not the ones its index suggests, so code that assumes a
+// mapping fails here), with WMMA's alignment (32 bytes) and leading-dimension rules checked. Forward, D and the two
 // backward kernels against a double-precision causal attention of the same bf16 inputs: out
 // within 1.5e-2 of 1 + |out|, lse within 1e-3, each of dq, dk, dv within 2e-2 relative L2 (P
 // and dS are rounded to bf16 before their products, as FlashAttention rounds them). Head sizes
@@ -61,15 +63,23 @@ namespace wmma {
 struct matrix_a {}; struct matrix_b {}; struct accumulator {}; struct row_major {}; struct col_major {};
 enum layout_t { mem_row_major, mem_col_major };
 template <typename Use, int M, int N, int K, typename T, typename L = void>
-struct fragment {
-  // Every lane holds (and computes) the whole 16 x 16 fragment here, so a lane's elements are
-  // all 256, row-major; a GPU lane holds 8 of them in an unspecified order.
-  static constexpr int num_elements = 256;
-  union {
-    float v[16][16];
-    float x[256];
-  };
+struct fragment {  // an operand (matrix_a, matrix_b): every lane holds the whole 16 x 16 here
+  float v[16][16];
 };
+// An accumulator: lane l holds 8 of the 256 elements, element i at element_at(l, i). The
+// layout is sm_80's for mma.sync m16n8k16's C, twice (columns 0-7, then 8-15); CUDA leaves it
+// unspecified, and the kernels learn each element's row and column from index fragments.
+template <>
+struct fragment<accumulator, 16, 16, 16, float, void> {
+  static constexpr int num_elements = 8;
+  float x[8];
+};
+using Acc = fragment<accumulator, 16, 16, 16, float, void>;
+struct RowCol { int r, c; };
+inline RowCol element_at(int i) {
+  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  return {g + 8 * ((i / 2) % 2), 2 * t + i % 2 + 8 * (i / 4)};
+}
 inline void check(const void* p, unsigned ldm, int es) {
   if (reinterpret_cast<uintptr_t>(p) % 32 != 0) { std::fprintf(stderr, "unaligned wmma pointer\n"); std::abort(); }
   if (ldm % (16 / es) != 0) { std::fprintf(stderr, "bad ldm %u\n", ldm); std::abort(); }
@@ -81,30 +91,33 @@ void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, L>& f, const __nv
     for (int j = 0; j < 16; ++j)  // element (row i, col j) of the 16x16 operand
       f.v[i][j] = bf(std::is_same_v<L, wmma::row_major> ? p[i * ldm + j].bits : p[i + j * ldm].bits);
 }
-inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p, unsigned ldm, layout_t) {
+inline void load_matrix_sync(Acc& f, const float* p, unsigned ldm, layout_t) {
   check(p, ldm, 4);
-  for (int i = 0; i < 16; ++i) for (int j = 0; j < 16; ++j) f.v[i][j] = p[i * ldm + j];
+  for (int i = 0; i < Acc::num_elements; ++i) {
+    const RowCol e = element_at(i);
+    f.x[i] = p[e.r * ldm + e.c];
+  }
 }
-inline void fill_fragment(fragment<accumulator, 16, 16, 16, float>& f, float x) {
-  for (auto& r : f.v) for (float& e : r) e = x;
+inline void fill_fragment(Acc& f, float x) {
+  for (float& e : f.x) e = x;
 }
+// A lane's elements of d = a b + c need only its own elements of c (d may be c).
 template <typename LA, typename LB>
-void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA>& a,
-              const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB>& b,
-              const fragment<accumulator, 16, 16, 16, float>& c) {
-  fragment<accumulator, 16, 16, 16, float> r;
-  for (int i = 0; i < 16; ++i)
-    for (int j = 0; j < 16; ++j) {
-      float s = c.v[i][j];
-      for (int k = 0; k < 16; ++k) s += a.v[i][k] * b.v[k][j];
-      r.v[i][j] = s;
-    }
-  d = r;
+void mma_sync(Acc& d, const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA>& a,
+              const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB>& b, const Acc& c) {
+  for (int i = 0; i < Acc::num_elements; ++i) {
+    const RowCol e = element_at(i);
+    float s = c.x[i];
+    for (int k = 0; k < 16; ++k) s += a.v[e.r][k] * b.v[k][e.c];
+    d.x[i] = s;
+  }
 }
-inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f, unsigned ldm, layout_t) {
+inline void store_matrix_sync(float* p, const Acc& f, unsigned ldm, layout_t) {
   check(p, ldm, 4);
-  if (threadIdx.x % 32 != 0) return;
-  for (int i = 0; i < 16; ++i) for (int j = 0; j < 16; ++j) p[i * ldm + j] = f.v[i][j];
+  for (int i = 0; i < Acc::num_elements; ++i) {
+    const RowCol e = element_at(i);
+    p[e.r * ldm + e.c] = f.x[i];
+  }
 }
 }  // namespace wmma
 
