@@ -137,23 +137,25 @@ inline float bf16_bits_to_float(uint16_t b) { return bf(b); }
 namespace {
 using namespace paratrain::kernels::cuda;
 
-// Runs f as a grid (gx, gy) of blocks of `block` threads, one block after another.
+// Runs f as a grid (gx, gy) of blocks of `block` threads, one block after another: `block`
+// host threads run every block in turn, with a barrier between blocks (which share `smem`).
 template <typename F>
 void launch(unsigned gx, unsigned gy, unsigned block, F&& f) {
   std::barrier<> bar(block);
   g_bar = &bar;
   blockDim.x = block;
-  for (unsigned by = 0; by < gy; ++by)
-    for (unsigned bx = 0; bx < gx; ++bx) {
-      std::vector<std::thread> ts;
-      for (unsigned t = 0; t < block; ++t)
-        ts.emplace_back([&, t] {
-          threadIdx.x = t;
+  std::vector<std::thread> ts;
+  for (unsigned t = 0; t < block; ++t)
+    ts.emplace_back([&, t] {
+      threadIdx.x = t;
+      for (unsigned by = 0; by < gy; ++by)
+        for (unsigned bx = 0; bx < gx; ++bx) {
           blockIdx.x = bx, blockIdx.y = by;
           f();
-        });
-      for (auto& th : ts) th.join();
-    }
+          bar.arrive_and_wait();
+        }
+    });
+  for (auto& th : ts) th.join();
 }
 
 template <int HS>
