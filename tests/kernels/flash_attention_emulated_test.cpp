@@ -1,19 +1,19 @@
 // The flash attention kernels (kernels/cuda/flash_attention_kernel.cuh) run on the CPU over an
-// emulation of the CUDA built-ins they use: every CUDA thread of a block is a host thread,
-// __syncthreads a barrier, __shfl_xor_sync an exchange through memory between two barriers,
-// WMMA operand fragments 16 x 16 arrays that every lane of a warp holds whole, accumulators
-// spread over the warp's 32 lanes as on the GPU (8 elements a lane, in the layout of sm_80's
-// mma.sync: a lane's elements are not the ones its index suggests, so code that assumes a
-// mapping fails here), with WMMA's alignment (32 bytes) and leading-dimension rules checked. Forward, D and the two
-// backward kernels against a double-precision causal attention of the same bf16 inputs: out
-// within 1.5e-2 of 1 + |out|, lse within 1e-3, each of dq, dk, dv within 2e-2 relative L2 (P
-// and dS are rounded to bf16 before their products, as FlashAttention rounds them). Head sizes
-// 64 and 128, one key, partial and several tiles, several batches and heads. This checks the
-// kernels' indexing, masking, online softmax and tile loops on every machine; the launch, the
-// hardware's WMMA and its memory model only a GPU checks (tests/gpu/layer_kernels_test.cpp).
+// emulation of the CUDA built-ins they use (tests/kernels/cuda_emulation.h: every CUDA thread
+// of a block a host thread, __syncthreads a barrier) and of WMMA (here): operand fragments are
+// 16 x 16 arrays that every lane of a warp holds whole; accumulators are spread over the warp's
+// 32 lanes as on the GPU, 8 elements a lane in the layout of sm_80's mma.sync, so code that
+// assumes which elements a lane holds fails here; WMMA's alignment (32 bytes) and
+// leading-dimension rules are checked. Forward, D and the two backward kernels against a
+// double-precision causal attention of the same bf16 inputs: out within 1.5e-2 of 1 + |out|,
+// lse within 1e-3, each of dq, dk, dv within 2e-2 relative L2 (P and dS are rounded to bf16
+// before their products, as FlashAttention rounds them). Head sizes 64 and 128, one key,
+// partial and several tiles, several batches and heads. This checks the kernels' indexing,
+// masking, online softmax, tile loops and (under ThreadSanitizer, tests/CMakeLists.txt) their
+// barriers on every machine; the launch, the hardware's WMMA and its memory model only a GPU
+// checks (tests/gpu/layer_kernels_test.cpp).
 #include <gtest/gtest.h>
 
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -21,43 +21,12 @@
 #include <cstring>
 #include <random>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(x)
-#define __shared__
-#define __align__(n)
+#include "kernels/cuda_emulation.h"
 
-namespace {  // the emulation: found by the kernels' unqualified names
-
-struct Dim { unsigned x = 0, y = 0, z = 0; };
-thread_local Dim threadIdx, blockIdx;
-Dim blockDim;
-std::barrier<>* g_bar;
-inline void __syncthreads() { g_bar->arrive_and_wait(); }
-float g_xch[1024];
-inline float __shfl_xor_sync(unsigned, float v, int o) {
-  g_xch[threadIdx.x] = v;
-  __syncthreads();
-  float r = g_xch[threadIdx.x ^ o];
-  __syncthreads();
-  return r;
-}
-struct uint4 { uint32_t x, y, z, w; };
-inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return {a, b, c, d}; }
-struct __nv_bfloat16 { uint16_t bits; };
-inline uint16_t rne(float f) {
-  uint32_t u; std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return u >> 16;
-}
-inline float bf(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; std::memcpy(&f, &u, 4); return f; }
-inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {rne(f)}; }
+namespace {  // WMMA, found by the kernels' wmma:: names
 
 namespace wmma {
 struct matrix_a {}; struct matrix_b {}; struct accumulator {}; struct row_major {}; struct col_major {};
@@ -136,27 +105,6 @@ inline float bf16_bits_to_float(uint16_t b) { return bf(b); }
 
 namespace {
 using namespace paratrain::kernels::cuda;
-
-// Runs f as a grid (gx, gy) of blocks of `block` threads, one block after another: `block`
-// host threads run every block in turn, with a barrier between blocks (which share `smem`).
-template <typename F>
-void launch(unsigned gx, unsigned gy, unsigned block, F&& f) {
-  std::barrier<> bar(block);
-  g_bar = &bar;
-  blockDim.x = block;
-  std::vector<std::thread> ts;
-  for (unsigned t = 0; t < block; ++t)
-    ts.emplace_back([&, t] {
-      threadIdx.x = t;
-      for (unsigned by = 0; by < gy; ++by)
-        for (unsigned bx = 0; bx < gx; ++bx) {
-          blockIdx.x = bx, blockIdx.y = by;
-          f();
-          bar.arrive_and_wait();
-        }
-    });
-  for (auto& th : ts) th.join();
-}
 
 template <int HS>
 void check_case(int64_t B, int64_t T, int64_t NH, uint32_t seed) {

@@ -1,16 +1,16 @@
 // The attention pieces on CUDA (kernels/cuda/layers.h; the contract is
 // kernels/cpu/attention_parts.h), for the attention by batched GEMMs
 // (kernels/attention_by_gemm.h):
-//  - split/merge heads: a grid-stride loop over the head-major elements (the writes, or the
-//    reads, of `heads` contiguous), loads and stores by detail::Elem (the CPU's rounding);
+//  - split/merge heads, probs, dscores, rowdot: attention_parts_kernels.cuh, a block (or, for
+//    rowdot, a warp) per row, loads and stores by detail::Elem (the CPU's rounding);
 //  - the chunk softmax: a block of 256 threads per (head, query row), max and sum as block
-//    reductions in f32 (block_reduce.cuh), as the row softmax kernels do;
-//  - probs, dscores: one thread per score of the chunk; rowdot: one thread per row.
+//    reductions in f32 (block_reduce.cuh), as the row softmax kernels do.
 // Everything on the compute stream; no host waits.
 #include <cuda_runtime.h>
 
 #include <cmath>
 
+#include "kernels/cuda/attention_parts_kernels.cuh"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/layers.h"
@@ -21,32 +21,7 @@ namespace paratrain::kernels::cuda {
 namespace {
 
 using detail::Elem;
-using detail::grid_for;
 using detail::kThreads;
-
-// The element of x (B,T,P*C) that head-major element e of (P, B*NH, T, hs) is.
-__device__ __forceinline__ int64_t x_index(int64_t e, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P) {
-  const int64_t hs = C / NH, d = e % hs, t = (e / hs) % T, bh = (e / (hs * T)) % (B * NH), p = e / (hs * T * B * NH);
-  return ((bh / NH) * T + t) * P * C + p * C + (bh % NH) * hs + d;
-}
-
-template <DType D>
-__global__ void split_kernel(float* heads, const typename Elem<D>::S* x, int64_t n, int64_t B, int64_t T, int64_t C,
-                             int64_t NH, int64_t P) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += step)
-    heads[e] = Elem<D>::load(x[x_index(e, B, T, C, NH, P)]);
-}
-
-template <DType D>
-__global__ void merge_kernel(typename Elem<D>::S* x, const float* heads, int64_t n, int64_t B, int64_t T, int64_t C,
-                             int64_t NH, int64_t P, bool accumulate) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += step) {
-    const int64_t i = x_index(e, B, T, C, NH, P);
-    x[i] = Elem<D>::store(accumulate ? Elem<D>::load(x[i]) + heads[e] : heads[e]);
-  }
-}
 
 // A block per row of the chunk: blockIdx.x = bh * rows + i.
 __global__ void chunk_softmax_kernel(float* S, float* lse, int64_t T, int64_t r0, int64_t rows) {
@@ -62,36 +37,11 @@ __global__ void chunk_softmax_kernel(float* S, float* lse, int64_t T, int64_t r0
   if (threadIdx.x == 0) lse[bh * T + t] = m + logf(sum);
 }
 
-// One thread per score of the chunk (BH * rows * keys).
-__global__ void chunk_probs_kernel(float* S, const float* lse, int64_t n, int64_t T, int64_t r0, int64_t rows) {
-  const int64_t keys = r0 + rows, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += step) {
-    const int64_t j = e % keys, row = e / keys, t = r0 + row % rows, bh = row / rows;
-    S[e] = j <= t ? expf(S[e] - lse[bh * T + t]) : 0.0f;
-  }
-}
-
-__global__ void chunk_dscores_kernel(float* dP, const float* P, const float* D, int64_t n, int64_t T, int64_t r0,
-                                     int64_t rows) {
-  const int64_t keys = r0 + rows, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += step) {
-    const int64_t j = e % keys, row = e / keys, t = r0 + row % rows, bh = row / rows;
-    dP[e] = j <= t ? P[e] * (dP[e] - D[bh * T + t]) : 0.0f;
-  }
-}
-
-__global__ void rowdot_kernel(float* D, const float* dO, const float* O, int64_t n, int64_t hs) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < n; r += step) {
-    float s = 0.0f;
-    for (int64_t d = 0; d < hs; ++d) s += dO[r * hs + d] * O[r * hs + d];
-    D[r] = s;
-  }
-}
-
 void check(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P, const char* who) {
   if (B < 0 || T < 0 || C <= 0 || NH <= 0 || C % NH != 0 || (P != 1 && P != 3))
     PT_THROW(InputError, who, " (cuda): bad sizes B=", B, " T=", T, " C=", C, " NH=", NH, " P=", P);
+  if (B * T > 0x7fffffff || P * C > 0x7fffffff)
+    PT_THROW(InputError, who, " (cuda): ", B * T, " rows of ", P * C, " is more than one launch takes");
 }
 
 void check_chunk(int64_t BH, int64_t T, int64_t r0, int64_t rows, const char* who) {
@@ -103,20 +53,20 @@ void check_chunk(int64_t BH, int64_t T, int64_t r0, int64_t rows, const char* wh
 template <DType D>
 void split(void* heads, const void* x, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P) {
   check(B, T, C, NH, P, "attention_split_heads");
-  const int64_t n = P * B * T * C;
-  if (n == 0) return;
-  split_kernel<D><<<grid_for(n), kThreads, 0, detail::stream()>>>(
-      static_cast<float*>(heads), static_cast<const typename Elem<D>::S*>(x), n, B, T, C, NH, P);
+  if (B * T == 0) return;
+  parts::split_rows_kernel<Elem<D>><<<static_cast<unsigned>(B * T), kThreads, 0, detail::stream()>>>(
+      static_cast<float*>(heads), static_cast<const typename Elem<D>::S*>(x), B, T, static_cast<int>(C),
+      static_cast<int>(NH), static_cast<int>(P));
   PT_CUDA_CHECK_LAUNCH();
 }
 
 template <DType D>
 void merge(void* x, const void* heads, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P, bool accumulate) {
   check(B, T, C, NH, P, "attention_merge_heads");
-  const int64_t n = P * B * T * C;
-  if (n == 0) return;
-  merge_kernel<D><<<grid_for(n), kThreads, 0, detail::stream()>>>(
-      static_cast<typename Elem<D>::S*>(x), static_cast<const float*>(heads), n, B, T, C, NH, P, accumulate);
+  if (B * T == 0) return;
+  parts::merge_rows_kernel<Elem<D>><<<static_cast<unsigned>(B * T), kThreads, 0, detail::stream()>>>(
+      static_cast<typename Elem<D>::S*>(x), static_cast<const float*>(heads), B, T, static_cast<int>(C),
+      static_cast<int>(NH), static_cast<int>(P), accumulate);
   PT_CUDA_CHECK_LAUNCH();
 }
 
@@ -155,26 +105,29 @@ void attention_chunk_softmax(float* S, float* lse, int64_t BH, int64_t T, int64_
 
 void attention_chunk_probs(float* S, const float* lse, int64_t BH, int64_t T, int64_t r0, int64_t rows) {
   check_chunk(BH, T, r0, rows, "attention_chunk_probs");
-  const int64_t n = BH * rows * (r0 + rows);
-  if (n == 0) return;
-  chunk_probs_kernel<<<grid_for(n), kThreads, 0, detail::stream()>>>(S, lse, n, T, r0, rows);
+  if (BH * rows == 0) return;
+  parts::chunk_probs_rows_kernel<<<static_cast<unsigned>(BH * rows), kThreads, 0, detail::stream()>>>(S, lse, T, r0,
+                                                                                                      rows);
   PT_CUDA_CHECK_LAUNCH();
 }
 
 void attention_chunk_dscores(float* dP, const float* P, const float* D, int64_t BH, int64_t T, int64_t r0,
                              int64_t rows) {
   check_chunk(BH, T, r0, rows, "attention_chunk_dscores");
-  const int64_t n = BH * rows * (r0 + rows);
-  if (n == 0) return;
-  chunk_dscores_kernel<<<grid_for(n), kThreads, 0, detail::stream()>>>(dP, P, D, n, T, r0, rows);
+  if (BH * rows == 0) return;
+  parts::chunk_dscores_rows_kernel<<<static_cast<unsigned>(BH * rows), kThreads, 0, detail::stream()>>>(dP, P, D, T,
+                                                                                                        r0, rows);
   PT_CUDA_CHECK_LAUNCH();
 }
 
 void attention_rowdot(float* D, const float* dO, const float* O, int64_t BH, int64_t T, int64_t hs) {
-  if (BH < 0 || T < 0 || hs < 0) PT_THROW(InputError, "attention_rowdot (cuda): bad sizes");
-  const int64_t n = BH * T;
+  if (BH < 0 || T < 0 || hs < 0 || hs > 0x7fffffff) PT_THROW(InputError, "attention_rowdot (cuda): bad sizes");
+  const int64_t n = BH * T, rows_per_block = kThreads / 32;
   if (n == 0) return;
-  rowdot_kernel<<<grid_for(n), kThreads, 0, detail::stream()>>>(D, dO, O, n, hs);
+  if (n / rows_per_block >= 0x7fffffff)
+    PT_THROW(InputError, "attention_rowdot (cuda): ", n, " rows is more than one launch takes");
+  parts::rowdot_rows_kernel<<<detail::ceil_div(n, rows_per_block), kThreads, 0, detail::stream()>>>(
+      D, dO, O, n, static_cast<int>(hs));
   PT_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,0 +1,165 @@
+// The CUDA attention pieces' kernels (kernels/cuda/attention_parts_kernels.cuh) run on the CPU
+// over the emulation of the CUDA built-ins they use (tests/kernels/cuda_emulation.h; kernels
+// whose threads never wait for each other run serially), with the launch shapes that
+// attention_parts.cu gives them (256 threads; a block per row, a warp per row for rowdot),
+// against the CPU pieces (kernels/cpu/attention_parts.h): split and merge bit for bit in f32,
+// bf16 and f16, P within f32 rounding of the CPU's exp, dS bit for bit, D within the rounding
+// of another order of adding. Rows shorter and longer than the block's 256 threads, and a
+// rowdot whose last block is partly past the rows. The GPU runs the same pieces on the device
+// (CudaLayerKernels.AttentionPartsMatchCpu); this checks their indexing without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda_emulation.h"
+#include "kernels/cuda/attention_parts_kernels.cuh"
+#include "paratrain/kernels/cpu/attention_parts.h"
+#include "paratrain/tensor/dtype.h"
+
+namespace {
+namespace cpu = paratrain::kernels::cpu;
+namespace parts = paratrain::kernels::cuda::parts;
+
+constexpr unsigned kThreads = 256;  // attention_parts.cu's block
+
+// The element rules of the emulated kernels: the CPU's conversions (tensor/dtype.h).
+struct F32 {
+  using S = float;
+  static float load(float v) { return v; }
+  static float store(float f) { return f; }
+  static S from(float f) { return f; }
+};
+struct BF16 {
+  using S = uint16_t;
+  static float load(uint16_t v) { return paratrain::bf16_to_f32(v); }
+  static uint16_t store(float f) { return paratrain::f32_to_bf16(f); }
+  static S from(float f) { return store(f); }
+};
+struct F16 {
+  using S = uint16_t;
+  static float load(uint16_t v) { return paratrain::f16_to_f32(v); }
+  static uint16_t store(float f) { return paratrain::f32_to_f16(f); }
+  static S from(float f) { return store(f); }
+};
+
+std::vector<float> uniform(size_t n, float lo, float hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// The CPU's split and merge for element type E.
+template <typename E>
+void cpu_split(float* heads, const typename E::S* x, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P) {
+  if constexpr (std::is_same_v<E, F32>) cpu::attention_split_heads(heads, x, B, T, C, NH, P);
+  else if constexpr (std::is_same_v<E, BF16>) cpu::attention_split_heads_bf16(heads, x, B, T, C, NH, P);
+  else cpu::attention_split_heads_f16(heads, x, B, T, C, NH, P);
+}
+template <typename E>
+void cpu_merge(typename E::S* x, const float* heads, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P,
+               bool acc) {
+  if constexpr (std::is_same_v<E, F32>) cpu::attention_merge_heads(x, heads, B, T, C, NH, P, acc);
+  else if constexpr (std::is_same_v<E, BF16>) cpu::attention_merge_heads_bf16(x, heads, B, T, C, NH, P, acc);
+  else cpu::attention_merge_heads_f16(x, heads, B, T, C, NH, P, acc);
+}
+
+template <typename E>
+void check_split_merge(int64_t B, int64_t T, int64_t NH, int64_t hs) {
+  const int64_t C = NH * hs;
+  for (int64_t P : {1, 3}) {
+    SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
+                 " P=" + std::to_string(P));
+    const auto xf = uniform(static_cast<size_t>(B * T * P * C), -2, 2, 7);
+    std::vector<typename E::S> x(xf.size());
+    for (size_t i = 0; i < x.size(); ++i) x[i] = E::from(xf[i]);
+    std::vector<float> want(x.size(), -1.0f), got(x.size(), -1.0f);
+    cpu_split<E>(want.data(), x.data(), B, T, C, NH, P);
+    launch_serial(static_cast<unsigned>(B * T), 1, kThreads, [&] {
+      parts::split_rows_kernel<E>(got.data(), x.data(), B, T, int(C), int(NH), int(P));
+    });
+    EXPECT_TRUE(same_bits(got, want)) << "split";
+    const auto heads = uniform(x.size(), -1, 1, 8);
+    for (bool acc : {false, true}) {
+      std::vector<typename E::S> y_want = x, y_got = x;
+      cpu_merge<E>(y_want.data(), heads.data(), B, T, C, NH, P, acc);
+      launch_serial(static_cast<unsigned>(B * T), 1, kThreads, [&] {
+        parts::merge_rows_kernel<E>(y_got.data(), heads.data(), B, T, int(C), int(NH), int(P), acc);
+      });
+      EXPECT_TRUE(same_bits(y_got, y_want)) << "merge, accumulate " << acc;
+    }
+  }
+}
+
+TEST(AttentionPartsEmulated, SplitAndMergeHeadsAreTheCpusBits) {
+  // rows of P*C = 24 and 72 (under the block), 768 and 2304 (several passes of the block)
+  check_split_merge<F32>(2, 21, 3, 8);
+  check_split_merge<F32>(2, 5, 12, 64);
+  check_split_merge<BF16>(2, 21, 3, 8);
+  check_split_merge<BF16>(1, 5, 12, 64);
+  check_split_merge<F16>(2, 21, 3, 8);
+  check_split_merge<F16>(1, 5, 12, 64);
+}
+
+void check_chunk(int64_t BH, int64_t T, int64_t r0, int64_t rows) {
+  SCOPED_TRACE("BH=" + std::to_string(BH) + " T=" + std::to_string(T) + " r0=" + std::to_string(r0) +
+               " rows=" + std::to_string(rows));
+  const int64_t keys = r0 + rows;
+  const auto S = uniform(static_cast<size_t>(BH * rows * keys), -3, 3, 41);
+  std::vector<float> soft = S, lse(static_cast<size_t>(BH * T), 0.0f);
+  cpu::attention_chunk_softmax(soft.data(), lse.data(), BH, T, r0, rows);
+  std::vector<float> want = S, got = S;
+  cpu::attention_chunk_probs(want.data(), lse.data(), BH, T, r0, rows);
+  launch_serial(static_cast<unsigned>(BH * rows), 1, kThreads,
+         [&] { parts::chunk_probs_rows_kernel(got.data(), lse.data(), T, r0, rows); });
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if ((want[i] == 0.0f) != (got[i] == 0.0f)) ADD_FAILURE() << "probs: a masked score differs at " << i;
+    worst = std::max(worst, std::fabs(double(got[i]) - want[i]) / (1e-30 + std::fabs(double(want[i]))));
+  }
+  EXPECT_LT(worst, 4e-7) << "probs, relative";
+
+  const auto dp0 = uniform(S.size(), -1, 1, 42), D = uniform(lse.size(), -1, 1, 43);
+  std::vector<float> ds_want = dp0, ds_got = dp0;
+  cpu::attention_chunk_dscores(ds_want.data(), want.data(), D.data(), BH, T, r0, rows);
+  launch_serial(static_cast<unsigned>(BH * rows), 1, kThreads,
+         [&] { parts::chunk_dscores_rows_kernel(ds_got.data(), want.data(), D.data(), T, r0, rows); });
+  EXPECT_TRUE(same_bits(ds_got, ds_want)) << "dscores";
+}
+
+TEST(AttentionPartsEmulated, ChunkProbsAndDscoresFollowTheCpu) {
+  check_chunk(6, 21, 7, 9);      // a middle chunk, rows shorter than the block
+  check_chunk(2, 300, 0, 16);    // the first chunk
+  check_chunk(2, 300, 256, 44);  // the last chunk: rows of 300 keys, past the block's 256
+}
+
+TEST(AttentionPartsEmulated, RowdotIsAWarpPerRow) {
+  for (int64_t hs : {8, 64, 100}) {
+    const int64_t BH = 3, T = 7, n = BH * T;  // 21 rows: the last block of 8 warps is part empty
+    const auto a = uniform(static_cast<size_t>(n * hs), -1, 1, 44), b = uniform(a.size(), -1, 1, 45);
+    std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n + 3), -5.0f);
+    cpu::attention_rowdot(want.data(), a.data(), b.data(), BH, T, hs);
+    const unsigned warps = kThreads / 32;
+    launch(static_cast<unsigned>((n + warps - 1) / warps), 1, kThreads,
+           [&] { parts::rowdot_rows_kernel(got.data(), a.data(), b.data(), n, int(hs)); });
+    for (int64_t r = 0; r < n; ++r) {
+      double mag = 0;
+      for (int64_t d = 0; d < hs; ++d) mag += std::fabs(double(a[r * hs + d]) * b[r * hs + d]);
+      EXPECT_NEAR(got[r], want[r], 1e-6 * mag + 1e-30) << "row " << r << " hs " << hs;
+    }
+    for (int64_t r = n; r < n + 3; ++r) EXPECT_EQ(got[r], -5.0f) << "a row past the end was written";
+  }
+}
+
+}  // namespace
