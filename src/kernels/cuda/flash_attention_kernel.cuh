@@ -18,17 +18,21 @@
 //
 // Shared memory (dynamic, HS the head size, 64 or 128): Q, K, V tiles bf16 (64 x HS, row
 // stride HS + 8), S f32 (64 x 64, stride 68), P bf16 (64 x 64, stride 72), the row-index
-// matrix and the rows' alphas; at the end O f32 (64 x HS, stride HS + 4) over K and V. Every WMMA pointer is 32-byte aligned and every leading dimension a multiple
-// of 8 (bf16) or 4 (f32), as WMMA requires; each row stride is 16 bytes past a multiple of
-// 128, so the 8 rows of a WMMA load's 8 x 16-byte pieces, and the rows the softmax threads
-// read at once, fall in different banks (HS + 16 and 72 put rows 4 apart in one bank).
+// matrix and the rows' alphas; at the end O f32 (64 x HS, stride HS + 4) over K and V. Every
+// WMMA pointer is 32-byte aligned and every leading dimension a multiple of 8 (bf16) or 4
+// (f32), as WMMA requires; each row stride is 16 bytes past a multiple of 128, so the 8 rows
+// of a WMMA load's 8 x 16-byte pieces, and the rows the softmax threads read at once, fall in
+// different banks (HS + 16 and 72 put rows 4 apart in one bank).
+//
+// The grid's x runs over the tiles of one (batch, head), the longest-running first: query
+// tiles from the last (the forward and dQ), key tiles from the first (dK and dV).
 //
 // This file holds only the kernels, so that they can be compiled on the host over an emulation
-// of the CUDA built-ins they use (threadIdx, __syncthreads, __shfl_xor_sync, wmma, the bf16
-// conversions; an accumulator's num_elements and x[]) to run its arithmetic without a GPU. The
-// includer provides
-// bf16_bits_to_float(uint16_t), float_to_bf16_bits(float) (round to nearest even, NaN kept)
-// and the wmma namespace.
+// of the CUDA built-ins they use (threadIdx, blockIdx, gridDim, __syncthreads,
+// __shfl_xor_sync, wmma, the bf16 conversions; an accumulator's num_elements and x[]) to run
+// its arithmetic without a GPU (tests/kernels/flash_attention_emulated_test.cpp). The includer
+// provides bf16_bits_to_float(uint16_t), float_to_bf16_bits(float) (round to nearest even,
+// NaN kept) and the wmma namespace.
 #pragma once
 
 namespace paratrain::kernels::cuda::flash {
@@ -99,6 +103,11 @@ __device__ __forceinline__ void accumulate_product(wmma::fragment<wmma::accumula
   }
 }
 
+// A block's query tile when the grid's x runs over the tiles of one (batch, head): the last
+// first. A query tile's work grows with its index (keys up to the diagonal), and a GPU starts
+// blocks roughly in index order, so the longest start first and the short ones fill the tail.
+__device__ __forceinline__ int64_t last_tile_first() { return static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x; }
+
 template <int HS>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T, int64_t C, int NH,
@@ -114,7 +123,7 @@ __global__ void __launch_bounds__(kThreads)
   auto* row_index = reinterpret_cast<float*>(smem + L::kRowIndex);
   auto* alpha_s = reinterpret_cast<float*>(smem + L::kAlpha);
 
-  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t q0 = last_tile_first() * kRows;
   const int64_t bh = blockIdx.y, b = bh / NH;
   const int h = static_cast<int>(bh % NH);
   const int warp = threadIdx.x / 32;
@@ -319,8 +328,8 @@ struct ElementIndex {
 };
 
 template <int HS>
-__device__ __forceinline__ void store_rows(float* stage, int ld, wmma::fragment<wmma::accumulator, 16, 16, 16, float>* acc,
-                                           int warp) {
+__device__ __forceinline__ void store_rows(float* stage, int ld,
+                                           wmma::fragment<wmma::accumulator, 16, 16, 16, float>* acc, int warp) {
   for (int n = 0; n < HS / 16; ++n)
     wmma::store_matrix_sync(stage + (warp * 16) * ld + n * 16, acc[n], ld, wmma::mem_row_major);
 }
@@ -339,7 +348,8 @@ __device__ __forceinline__ void load_query_rows(__nv_bfloat16* dOs, int ld, floa
   }
 }
 
-// A block per (64 keys, batch-head): dK and dV.
+// A block per (64 keys, batch-head): dK and dV. Key tiles in index order: the first has the most
+// query tiles after it.
 template <int HS>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_keys_kernel(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const float* lse,
@@ -411,7 +421,7 @@ __global__ void __launch_bounds__(kThreads)
   add_tile<HS>(dqkv, stage, L::kLdA, 1.0f, b, T, C, h, 2, k0);
 }
 
-// A block per (64 queries, batch-head): dQ.
+// A block per (64 queries, batch-head): dQ; the last query tile first (last_tile_first).
 template <int HS>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_queries_kernel(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const float* lse,
@@ -428,7 +438,7 @@ __global__ void __launch_bounds__(kThreads)
   float* D_s = lse_s + kRows;
   auto* stage = reinterpret_cast<float*>(smem + L::kAcc);
 
-  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t q0 = last_tile_first() * kRows;
   const int64_t bh = blockIdx.y, b = bh / NH;
   const int h = static_cast<int>(bh % NH);
   const int warp = threadIdx.x / 32;
