@@ -19,11 +19,13 @@
 #include "paratrain/autograd/split_backward.h"
 #include "paratrain/tensor/allocator.h"
 #include "paratrain/tensor/random.h"
+#include "support/error_of.h"
 
 using namespace paratrain;
 using autograd::backward_input;
 using autograd::DeferredWeightGradients;
 using ::testing::HasSubstr;
+using paratrain::testing::error_of;
 
 namespace {
 
@@ -58,15 +60,6 @@ std::map<std::string, std::vector<float>> grads_of(Net& n, const Tensor& x) {
   for (Tensor* p : n.params()) g["p" + std::to_string(i++)] = p->grad().defined() ? p->grad().to_vector() : std::vector<float>{};
   g["x"] = x.grad().defined() ? x.grad().to_vector() : std::vector<float>{};
   return g;
-}
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
 }
 
 TEST(SplitBackward, InputThenWeightIsBackwardBitForBit) {
@@ -244,29 +237,33 @@ TEST(SplitBackward, MisuseIsAnInputErrorThatSaysWhatToDo) {
   Tensor x = randn({4, 8}, 42);
   DeferredWeightGradients d = backward_input(n.forward(x), Tensor(), {x});
   d.run();
-  EXPECT_THAT(message_of([&] { d.run(); }), HasSubstr("run() called twice"));
-  EXPECT_THAT(message_of([&] { DeferredWeightGradients().run(); }), HasSubstr("no backward_input() returned"));
+  EXPECT_THAT(error_of<InputError>([&] { d.run(); }), HasSubstr("run() called twice"));
+  EXPECT_THAT(error_of<InputError>([&] { DeferredWeightGradients().run(); }),
+              HasSubstr("no backward_input() returned"));
   DeferredWeightGradients moved = backward_input(n.forward(x), Tensor(), {x});
   DeferredWeightGradients to = std::move(moved);
-  EXPECT_THAT(message_of([&] { moved.run(); }), HasSubstr("moved from"));
+  EXPECT_THAT(error_of<InputError>([&] { moved.run(); }), HasSubstr("moved from"));
   to.reset();
-  EXPECT_THAT(message_of([&] { to.run(); }), HasSubstr("after reset()"));
+  EXPECT_THAT(error_of<InputError>([&] { to.run(); }), HasSubstr("after reset()"));
 
   x.set_grad(Tensor());
   Tensor y = n.forward(x);
   Tensor h = ops::tanh(x);
   Tensor c = randn({4, 8}, 1, false);
   Tensor other = randn({4, 8}, 2);
-  EXPECT_THAT(message_of([&] { backward_input(y, Tensor(), {h}); }),
+  EXPECT_THAT(error_of<InputError>([&] { backward_input(y, Tensor(), {h}); }),
               AllOf(HasSubstr("input 0"), HasSubstr("is not a leaf"), HasSubstr("tanh"), HasSubstr("detach()")));
-  EXPECT_THAT(message_of([&] { backward_input(y, Tensor(), {x, c}); }),
+  EXPECT_THAT(error_of<InputError>([&] { backward_input(y, Tensor(), {x, c}); }),
               AllOf(HasSubstr("input 1"), HasSubstr("does not require grad"), HasSubstr("set_requires_grad(true)")));
   other.set_name("h.0.in");
-  EXPECT_THAT(message_of([&] { backward_input(y, Tensor(), {x, other}); }),
+  EXPECT_THAT(error_of<InputError>([&] { backward_input(y, Tensor(), {x, other}); }),
               AllOf(HasSubstr("input 1 ('h.0.in'"), HasSubstr("is not reached from the root")));
-  EXPECT_THAT(message_of([&] { backward_input(y, Tensor(), {Tensor()}); }), HasSubstr("input 0 is undefined"));
-  EXPECT_THAT(message_of([&] { backward_input(ops::sum(c), Tensor(), {}); }), HasSubstr("does not require grad"));
-  EXPECT_THAT(message_of([&] { backward_input(ops::tanh(x), Tensor(), {x}); }), HasSubstr("one-element root"));
+  EXPECT_THAT(error_of<InputError>([&] { backward_input(y, Tensor(), {Tensor()}); }),
+              HasSubstr("input 0 is undefined"));
+  EXPECT_THAT(error_of<InputError>([&] { backward_input(ops::sum(c), Tensor(), {}); }),
+              HasSubstr("does not require grad"));
+  EXPECT_THAT(error_of<InputError>([&] { backward_input(ops::tanh(x), Tensor(), {x}); }),
+              HasSubstr("one-element root"));
   EXPECT_FALSE(x.grad().defined()) << "a refused call computed nothing";
   // The graph was not consumed by the refused calls.
   backward_input(y, Tensor(), {x}).run();

@@ -17,6 +17,7 @@
 
 #include "paratrain/base/error.h"
 #include "paratrain/tensor/tensor.h"
+#include "support/error_of.h"
 
 namespace paratrain::test {
 
@@ -43,15 +44,9 @@ inline void expect_same(const std::map<std::string, Tensor>& got, const std::map
   }
 }
 
-// The InputError `fn` throws, or "(no InputError)".
-inline std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
-}
+// The message of the InputError `fn` throws ("" and a test failure when it throws something
+// else or nothing).
+inline std::string error_of(const std::function<void()>& fn) { return testing::error_of<InputError>(fn); }
 
 inline nlohmann::json read_json(const std::string& path) {
   std::ifstream f(path);

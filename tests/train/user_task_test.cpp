@@ -22,23 +22,14 @@
 #include "paratrain/autograd/engine.h"
 #include "paratrain/train/trainer.h"
 #include "parallel/train_multirank_util.h"
+#include "support/error_of.h"
 #include "train/user_task_util.h"
 
 namespace fs = std::filesystem;
 using namespace paratrain;
+using paratrain::testing::error_of;
 
 namespace {
-
-// The message of the InputError `f` throws ("" and a test failure when it throws none).
-std::string input_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no InputError";
-  return "";
-}
 
 void expect_close(const std::vector<double>& a, const std::vector<double>& b, double rel, const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
@@ -181,7 +172,7 @@ TEST_F(UserTask, DatasetShorterThanAGlobalBatchIsNamed) {
   test::BlobsRun run(16, /*n_train=*/10);
   train::TrainConfig cfg = test::blobs_config(2);
   cfg.grad_accum = 2;  // 8 x 2 = 16 examples a step
-  const std::string msg = input_error([&] { train::train(cfg, run.task, std::cerr); });
+  const std::string msg = error_of<InputError>([&] { train::train(cfg, run.task, std::cerr); });
   EXPECT_NE(msg.find("task 'blobs-mlp': the training dataset has 10 examples, fewer than one global batch of 16"),
             std::string::npos)
       << msg;
@@ -203,7 +194,7 @@ TEST_F(UserTask, ExampleOfAnotherShapeIsNamed) {
       model, [&](const Tensor& x, const Tensor& y) { return ops::cross_entropy(model.forward(x), y); }, data);
   train::TrainConfig cfg = test::blobs_config(1);
   cfg.grad_accum = 2;  // the step's 16 examples are the whole dataset
-  const std::string msg = input_error([&] { train::train(cfg, task, std::cerr); });
+  const std::string msg = error_of<InputError>([&] { train::train(cfg, task, std::cerr); });
   EXPECT_NE(msg.find("training example 5's input is f32 [3], but training example 0's is f32 [2]"), std::string::npos)
       << msg;
 }
@@ -214,7 +205,7 @@ TEST_F(UserTask, LossMustBeAScalarWithAGradient) {
   {
     train::SupervisedTask task(run.model, [&](const Tensor& x, const Tensor&) { return run.model.forward(x); },
                                run.train_set);
-    const std::string msg = input_error([&] { train::train(cfg, task, std::cerr); });
+    const std::string msg = error_of<InputError>([&] { train::train(cfg, task, std::cerr); });
     EXPECT_NE(msg.find("the loss function returned a tensor of shape [8, 3]; it must return the batch's mean loss as a scalar"),
               std::string::npos)
         << msg;
@@ -224,7 +215,7 @@ TEST_F(UserTask, LossMustBeAScalarWithAGradient) {
       autograd::NoGradGuard ng;
       return ops::cross_entropy(run.model.forward(x), y);
     }, run.train_set);
-    const std::string msg = input_error([&] { train::train(cfg, task, std::cerr); });
+    const std::string msg = error_of<InputError>([&] { train::train(cfg, task, std::cerr); });
     EXPECT_NE(msg.find("the loss does not depend on the model's parameters"), std::string::npos) << msg;
   }
 }
@@ -236,18 +227,18 @@ TEST_F(UserTask, RefusesWhatItCannotTrain) {
   // The built-in tasks' fields.
   train::TrainConfig cfg = test::blobs_config(1);
   cfg.data = "tokens.bin";
-  EXPECT_NE(input_error([&] { train::train(cfg, run.task, std::cerr); })
+  EXPECT_NE(error_of<InputError>([&] { train::train(cfg, run.task, std::cerr); })
                 .find("TrainConfig::data is set (tokens.bin), but only the built-in tasks read it"),
             std::string::npos);
   // What cuts a GPT.
   cfg = test::blobs_config(1);
   cfg.zero = 3;
-  EXPECT_NE(input_error([&] { train::train(cfg, run.task, std::cerr); })
+  EXPECT_NE(error_of<InputError>([&] { train::train(cfg, run.task, std::cerr); })
                 .find("TrainConfig::zero = 3 shards a GPT block by block, and task 'blobs-mlp' has no GPT"),
             std::string::npos);
   cfg = test::blobs_config(1);
   cfg.recompute = "full";
-  EXPECT_NE(input_error([&] { train::train(cfg, run.task, std::cerr); }).find("TrainConfig::recompute = full"),
+  EXPECT_NE(error_of<InputError>([&] { train::train(cfg, run.task, std::cerr); }).find("TrainConfig::recompute = full"),
             std::string::npos);
   // No steps and no epoch length: a hand-written Task that leaves steps_per_epoch() at 0.
   struct Bare final : train::Task {
@@ -257,11 +248,12 @@ TEST_F(UserTask, RefusesWhatItCannotTrain) {
     Tensor loss(const Tensor&, const Tensor&) override { return Tensor(); }
   } bare;
   cfg = test::blobs_config(0);
-  EXPECT_NE(input_error([&] { train::train(cfg, bare, std::cerr); }).find("TrainConfig::steps is 0"), std::string::npos);
+  EXPECT_NE(error_of<InputError>([&] { train::train(cfg, bare, std::cerr); }).find("TrainConfig::steps is 0"),
+            std::string::npos);
   // A model without parameters.
   NoParameters none;
   train::SupervisedTask empty(none, [](const Tensor& x, const Tensor&) { return x; }, run.train_set);
-  EXPECT_NE(input_error([&] { train::train(test::blobs_config(1), empty, std::cerr); })
+  EXPECT_NE(error_of<InputError>([&] { train::train(test::blobs_config(1), empty, std::cerr); })
                 .find("has no parameter that requires a gradient"),
             std::string::npos);
   // Nothing was written.
