@@ -12,11 +12,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda_emulation.h"
+#include "kernels/test_util.h"
 #include "kernels/cuda/attention_parts_kernels.cuh"
 #include "paratrain/kernels/cpu/attention_parts.h"
 #include "paratrain/tensor/dtype.h"
@@ -24,6 +24,7 @@
 namespace {
 namespace cpu = paratrain::kernels::cpu;
 namespace parts = paratrain::kernels::cuda::parts;
+using paratrain::kernels::cpu::testing::uniform;
 
 constexpr unsigned kThreads = 256;  // attention_parts.cu's block
 
@@ -46,14 +47,6 @@ struct F16 {
   static uint16_t store(float f) { return paratrain::f32_to_f16(f); }
   static S from(float f) { return store(f); }
 };
-
-std::vector<float> uniform(size_t n, float lo, float hi, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
 
 template <typename T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
@@ -81,7 +74,7 @@ void check_split_merge(int64_t B, int64_t T, int64_t NH, int64_t hs) {
   for (int64_t P : {1, 3}) {
     SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
                  " P=" + std::to_string(P));
-    const auto xf = uniform(static_cast<size_t>(B * T * P * C), -2, 2, 7);
+    const auto xf = uniform(static_cast<size_t>(B * T * P * C), 7, -2, 2);
     std::vector<typename E::S> x(xf.size());
     for (size_t i = 0; i < x.size(); ++i) x[i] = E::from(xf[i]);
     std::vector<float> want(x.size(), -1.0f), got(x.size(), -1.0f);
@@ -90,7 +83,7 @@ void check_split_merge(int64_t B, int64_t T, int64_t NH, int64_t hs) {
       parts::split_rows_kernel<E>(got.data(), x.data(), B, T, int(C), int(NH), int(P));
     });
     EXPECT_TRUE(same_bits(got, want)) << "split";
-    const auto heads = uniform(x.size(), -1, 1, 8);
+    const auto heads = uniform(x.size(), 8, -1, 1);
     for (bool acc : {false, true}) {
       std::vector<typename E::S> y_want = x, y_got = x;
       cpu_merge<E>(y_want.data(), heads.data(), B, T, C, NH, P, acc);
@@ -116,7 +109,7 @@ void check_chunk(int64_t BH, int64_t T, int64_t r0, int64_t rows) {
   SCOPED_TRACE("BH=" + std::to_string(BH) + " T=" + std::to_string(T) + " r0=" + std::to_string(r0) +
                " rows=" + std::to_string(rows));
   const int64_t keys = r0 + rows;
-  const auto S = uniform(static_cast<size_t>(BH * rows * keys), -3, 3, 41);
+  const auto S = uniform(static_cast<size_t>(BH * rows * keys), 41, -3, 3);
   std::vector<float> soft = S, lse(static_cast<size_t>(BH * T), 0.0f);
   cpu::attention_chunk_softmax(soft.data(), lse.data(), BH, T, r0, rows);
   std::vector<float> want = S, got = S;
@@ -130,7 +123,7 @@ void check_chunk(int64_t BH, int64_t T, int64_t r0, int64_t rows) {
   }
   EXPECT_LT(worst, 4e-7) << "probs, relative";
 
-  const auto dp0 = uniform(S.size(), -1, 1, 42), D = uniform(lse.size(), -1, 1, 43);
+  const auto dp0 = uniform(S.size(), 42, -1, 1), D = uniform(lse.size(), 43, -1, 1);
   std::vector<float> ds_want = dp0, ds_got = dp0;
   cpu::attention_chunk_dscores(ds_want.data(), want.data(), D.data(), BH, T, r0, rows);
   launch_serial(static_cast<unsigned>(BH * rows), 1, kThreads,
@@ -147,7 +140,7 @@ TEST(AttentionPartsEmulated, ChunkProbsAndDscoresFollowTheCpu) {
 TEST(AttentionPartsEmulated, RowdotIsAWarpPerRow) {
   for (int64_t hs : {8, 64, 100}) {
     const int64_t BH = 3, T = 7, n = BH * T;  // 21 rows: the last block of 8 warps is part empty
-    const auto a = uniform(static_cast<size_t>(n * hs), -1, 1, 44), b = uniform(a.size(), -1, 1, 45);
+    const auto a = uniform(static_cast<size_t>(n * hs), 44, -1, 1), b = uniform(a.size(), 45, -1, 1);
     std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n + 3), -5.0f);
     cpu::attention_rowdot(want.data(), a.data(), b.data(), BH, T, hs);
     const unsigned warps = kThreads / 32;
