@@ -350,7 +350,7 @@ TEST(CudaLayerKernels, CrossEntropyHalfMatchesCpu) {
 
 // Rows ld apart (linear_cross_entropy's logits: GPT-2's V = 50257 in rows of 50304): the CPU's
 // compact results within the tolerances above, and the padding columns neither read (NaN
-// there) nor written (the prefill stays), in f32 and bf16.
+// there) nor written (the prefill stays), in f32, bf16 and f16.
 constexpr int64_t kCeRows = 37, kCeV = 50257, kCeLd = 50304;
 
 template <typename T>
@@ -394,21 +394,24 @@ TEST(CudaLayerKernels, CrossEntropyWithARowStrideMatchesCpu) {
     expect_close(dlse.download(), lse, kF32Tol, "strided f32 lse");
     expect_close(compact_rows(dd.download(), 7.0f), dlogits, kF32Tol, "strided f32 dlogits");
   }
-  {  // bf16 against the CPU's bf16 kernel on the same values
-    const std::vector<uint16_t> xb = to_bf16(x);
+  for (DType type : {kBF16, DType::F16}) {  // against the CPU's kernel of the same type on the same values
+    SCOPED_TRACE(dtype_name(type));
+    const bool bf = type == kBF16;
+    const std::vector<uint16_t> xh = to_half(type, x);
     std::vector<float> loss(rows), lse(rows);
     std::vector<uint16_t> dlogits(n);
-    R().crossentropy_forward.at(kCpu, kBF16)(loss.data(), lse.data(), xb.data(), t.data(), k.N, k.V, k.V);
-    R().crossentropy_backward.at(kCpu, kBF16)(dlogits.data(), dl.data(), xb.data(), lse.data(), t.data(), k.N, k.V,
-                                              k.V);
-    const uint16_t nan = 0x7fc0, seven = 0x40e0;
-    DeviceBuffer<uint16_t> dx(spread_rows(xb, nan)), dd(spread_rows(std::vector<uint16_t>(n, seven), seven));
+    R().crossentropy_forward.at(kCpu, type)(loss.data(), lse.data(), xh.data(), t.data(), k.N, k.V, k.V);
+    R().crossentropy_backward.at(kCpu, type)(dlogits.data(), dl.data(), xh.data(), lse.data(), t.data(), k.N, k.V,
+                                             k.V);
+    const uint16_t nan = bf ? 0x7fc0 : 0x7e00, seven = bf ? 0x40e0 : 0x4700;
+    DeviceBuffer<uint16_t> dx(spread_rows(xh, nan)), dd(spread_rows(std::vector<uint16_t>(n, seven), seven));
     DeviceBuffer<float> dloss(filled(rows, 5.0f)), dlse(filled(rows, 0.0f));
-    R().crossentropy_forward.at(kGpu, kBF16)(dloss.get(), dlse.get(), dx.get(), dt.get(), k.N, k.V, kCeLd);
-    R().crossentropy_backward.at(kGpu, kBF16)(dd.get(), ddl.get(), dx.get(), dlse.get(), dt.get(), k.N, k.V, kCeLd);
-    expect_close(dloss.download(), loss, kF32Tol, "strided bf16 losses");
-    expect_close(dlse.download(), lse, kF32Tol, "strided bf16 lse");
-    expect_close_bf16(compact_rows(dd.download(), seven), dlogits, "strided bf16 dlogits");
+    R().crossentropy_forward.at(kGpu, type)(dloss.get(), dlse.get(), dx.get(), dt.get(), k.N, k.V, kCeLd);
+    R().crossentropy_backward.at(kGpu, type)(dd.get(), ddl.get(), dx.get(), dlse.get(), dt.get(), k.N, k.V, kCeLd);
+    expect_close(dloss.download(), loss, kF32Tol, "strided half losses");
+    expect_close(dlse.download(), lse, kF32Tol, "strided half lse");
+    expect_close(from_half(type, compact_rows(dd.download(), seven)), from_half(type, dlogits),
+                 bf ? kBF16Tol : kF16Tol, "strided half dlogits");
   }
 }
 
