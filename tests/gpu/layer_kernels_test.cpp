@@ -611,59 +611,73 @@ TEST(CudaLayerKernels, FlashAttentionIsTheSameBitsEveryRun) {
 
 // The pieces of the GEMM attention one by one against the CPU's (kernels/cpu/attention_parts.h):
 // a failure here names the piece.
+// Each piece at a small shape and at one whose rows are longer than a block's 256 threads
+// (split/merge: P*C = 2304; probs/dscores: 300 keys; rowdot: hs = 64, and a last block of
+// rows partly past the end).
+struct PartsCase {
+  int64_t B, T, NH, hs, r0, rows;
+};
+constexpr PartsCase kPartsCases[] = {{2, 21, 3, 8, 7, 9}, {2, 300, 12, 64, 256, 44}};
+
 TEST(CudaLayerKernels, AttentionPartsMatchCpu) {
   PT_REQUIRE_GPU();
-  const int64_t B = 2, T = 21, NH = 3, hs = 8, C = NH * hs, BH = B * NH, r0 = 7, rows = 9, keys = r0 + rows;
-  for (int64_t P : {1, 3}) {
-    const auto x = uniform(static_cast<size_t>(B * T * P * C), -2, 2, 40);
-    std::vector<float> heads(x.size());
-    cpu::attention_split_heads(heads.data(), x.data(), B, T, C, NH, P);
-    DeviceBuffer<float> dx(x), dheads(filled(x.size(), 0.0f));
-    R().attention_split_heads.at(kGpu, kF32)(dheads.get(), dx.get(), B, T, C, NH, P);
-    expect_close(dheads.download(), heads, kF32Tol, "split_heads");
-    const auto xb = to_bf16(x);
-    std::vector<float> hb(x.size());
-    cpu::attention_split_heads_bf16(hb.data(), xb.data(), B, T, C, NH, P);
-    DeviceBuffer<uint16_t> dxb(xb);
-    R().attention_split_heads.at(kGpu, kBF16)(dheads.get(), dxb.get(), B, T, C, NH, P);
-    expect_close(dheads.download(), hb, kF32Tol, "split_heads bf16");
-    for (bool acc : {false, true}) {
-      std::vector<float> y = x;
-      cpu::attention_merge_heads(y.data(), heads.data(), B, T, C, NH, P, acc);
-      DeviceBuffer<float> dy(x), dh(heads);
-      R().attention_merge_heads.at(kGpu, kF32)(dy.get(), dh.get(), B, T, C, NH, P, acc);
-      expect_close(dy.download(), y, kF32Tol, "merge_heads");
-      std::vector<uint16_t> yb = xb;
-      cpu::attention_merge_heads_bf16(yb.data(), heads.data(), B, T, C, NH, P, acc);
-      DeviceBuffer<uint16_t> dyb(xb);
-      R().attention_merge_heads.at(kGpu, kBF16)(dyb.get(), dh.get(), B, T, C, NH, P, acc);
-      expect_close_bf16(dyb.download(), yb, "merge_heads bf16");
+  for (const PartsCase& pc : kPartsCases) {
+    const int64_t B = pc.B, T = pc.T, NH = pc.NH, hs = pc.hs, C = NH * hs, BH = B * NH, r0 = pc.r0, rows = pc.rows,
+                  keys = r0 + rows;
+    SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH) +
+                 " hs=" + std::to_string(hs));
+    for (int64_t P : {1, 3}) {
+      const auto x = uniform(static_cast<size_t>(B * T * P * C), -2, 2, 40);
+      std::vector<float> heads(x.size());
+      cpu::attention_split_heads(heads.data(), x.data(), B, T, C, NH, P);
+      DeviceBuffer<float> dx(x), dheads(filled(x.size(), 0.0f));
+      R().attention_split_heads.at(kGpu, kF32)(dheads.get(), dx.get(), B, T, C, NH, P);
+      expect_close(dheads.download(), heads, kF32Tol, "split_heads");
+      const auto xb = to_bf16(x);
+      std::vector<float> hb(x.size());
+      cpu::attention_split_heads_bf16(hb.data(), xb.data(), B, T, C, NH, P);
+      DeviceBuffer<uint16_t> dxb(xb);
+      R().attention_split_heads.at(kGpu, kBF16)(dheads.get(), dxb.get(), B, T, C, NH, P);
+      expect_close(dheads.download(), hb, kF32Tol, "split_heads bf16");
+      for (bool acc : {false, true}) {
+        std::vector<float> y = x;
+        cpu::attention_merge_heads(y.data(), heads.data(), B, T, C, NH, P, acc);
+        DeviceBuffer<float> dy(x), dh(heads);
+        R().attention_merge_heads.at(kGpu, kF32)(dy.get(), dh.get(), B, T, C, NH, P, acc);
+        expect_close(dy.download(), y, kF32Tol, "merge_heads");
+        std::vector<uint16_t> yb = xb;
+        cpu::attention_merge_heads_bf16(yb.data(), heads.data(), B, T, C, NH, P, acc);
+        DeviceBuffer<uint16_t> dyb(xb);
+        R().attention_merge_heads.at(kGpu, kBF16)(dyb.get(), dh.get(), B, T, C, NH, P, acc);
+        expect_close_bf16(dyb.download(), yb, "merge_heads bf16");
+      }
     }
+    const auto S = uniform(static_cast<size_t>(BH * rows * keys), -3, 3, 41);
+    std::vector<float> soft = S, lse(static_cast<size_t>(BH * T), 0.0f);
+    cpu::attention_chunk_softmax(soft.data(), lse.data(), BH, T, r0, rows);
+    DeviceBuffer<float> dS(S), dlse(filled(lse.size(), 0.0f));
+    R().attention_chunk_softmax.at(kGpu, kF32)(dS.get(), dlse.get(), BH, T, r0, rows);
+    expect_close(dS.download(), soft, kF32Tol, "chunk_softmax");
+    // lse only of the chunk's rows (the others stay 0 on both sides)
+    expect_close(dlse.download(), lse, kF32Tol, "chunk_softmax lse");
+    std::vector<float> probs = S;
+    cpu::attention_chunk_probs(probs.data(), lse.data(), BH, T, r0, rows);
+    DeviceBuffer<float> dP(S), clse(lse);
+    R().attention_chunk_probs.at(kGpu, kF32)(dP.get(), clse.get(), BH, T, r0, rows);
+    expect_close(dP.download(), probs, kF32Tol, "chunk_probs");
+    const auto dp0 = uniform(S.size(), -1, 1, 42), Dsum = uniform(lse.size(), -1, 1, 43);
+    std::vector<float> ds = dp0;
+    cpu::attention_chunk_dscores(ds.data(), probs.data(), Dsum.data(), BH, T, r0, rows);
+    DeviceBuffer<float> dds(dp0), dprobs(probs), dD(Dsum);
+    R().attention_chunk_dscores.at(kGpu, kF32)(dds.get(), dprobs.get(), dD.get(), BH, T, r0, rows);
+    expect_close(dds.download(), ds, kF32Tol, "chunk_dscores");
+    const auto a = uniform(static_cast<size_t>(BH * T * hs), -1, 1, 44), b = uniform(a.size(), -1, 1, 45);
+    std::vector<float> dot(static_cast<size_t>(BH * T));
+    cpu::attention_rowdot(dot.data(), a.data(), b.data(), BH, T, hs);
+    DeviceBuffer<float> da(a), db(b), ddot(filled(dot.size(), 0.0f));
+    R().attention_rowdot.at(kGpu, kF32)(ddot.get(), da.get(), db.get(), BH, T, hs);
+    expect_close(ddot.download(), dot, kF32Tol, "rowdot");
   }
-  const auto S = uniform(static_cast<size_t>(BH * rows * keys), -3, 3, 41);
-  std::vector<float> soft = S, lse(static_cast<size_t>(BH * T), 0.0f);
-  cpu::attention_chunk_softmax(soft.data(), lse.data(), BH, T, r0, rows);
-  DeviceBuffer<float> dS(S), dlse(filled(lse.size(), 0.0f));
-  R().attention_chunk_softmax.at(kGpu, kF32)(dS.get(), dlse.get(), BH, T, r0, rows);
-  expect_close(dS.download(), soft, kF32Tol, "chunk_softmax");
-  expect_close(dlse.download(), lse, kF32Tol, "chunk_softmax lse");
-  std::vector<float> probs = S;
-  cpu::attention_chunk_probs(probs.data(), lse.data(), BH, T, r0, rows);
-  DeviceBuffer<float> dP(S), clse(lse);
-  R().attention_chunk_probs.at(kGpu, kF32)(dP.get(), clse.get(), BH, T, r0, rows);
-  expect_close(dP.download(), probs, kF32Tol, "chunk_probs");
-  const auto dp0 = uniform(S.size(), -1, 1, 42), Dsum = uniform(lse.size(), -1, 1, 43);
-  std::vector<float> ds = dp0;
-  cpu::attention_chunk_dscores(ds.data(), probs.data(), Dsum.data(), BH, T, r0, rows);
-  DeviceBuffer<float> dds(dp0), dprobs(probs), dD(Dsum);
-  R().attention_chunk_dscores.at(kGpu, kF32)(dds.get(), dprobs.get(), dD.get(), BH, T, r0, rows);
-  expect_close(dds.download(), ds, kF32Tol, "chunk_dscores");
-  const auto a = uniform(static_cast<size_t>(BH * T * hs), -1, 1, 44), b = uniform(a.size(), -1, 1, 45);
-  std::vector<float> dot(static_cast<size_t>(BH * T));
-  cpu::attention_rowdot(dot.data(), a.data(), b.data(), BH, T, hs);
-  DeviceBuffer<float> da(a), db(b), ddot(filled(dot.size(), 0.0f));
-  R().attention_rowdot.at(kGpu, kF32)(ddot.get(), da.get(), db.get(), BH, T, hs);
-  expect_close(ddot.download(), dot, kF32Tol, "rowdot");
 }
 
 // The tiles' size check comes before any CUDA call: no GPU needed.
