@@ -4,7 +4,9 @@
 // is its node. (On a GPU against the CPU: tests/gpu/train_on_gpu_test.cpp.)
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "paratrain/autograd/autocast.h"
 #include "paratrain/autograd/engine.h"
@@ -80,27 +82,21 @@ TEST(LinearCrossEntropy, IsCrossEntropyOfTheTiedLogitsBitForBit) {
 
 TEST(LinearCrossEntropy, NamesMisfitShapes) {
   const Tensor x = randn({3, 8}, 1), w = randn({11, 8}, 2), t = Tensor::from_vector_i32({1, 2, 3}, {3});
-  try {
-    ops::linear_cross_entropy(x, randn({11, 7}, 2), t);
-    ADD_FAILURE() << "a (11,7) weight fit a (3,8) input";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("linear_cross_entropy: input [3, 8] does not fit weight [11, 7]"),
-              std::string::npos)
-        << e.what();
-  }
-  EXPECT_THROW(ops::linear_cross_entropy(x, w, Tensor::from_vector_i32({1, 2}, {2})), InputError);
-  EXPECT_THROW(ops::linear_cross_entropy(x, randn({0, 8}, 2), t), InputError);
-  EXPECT_THROW(ops::linear_cross_entropy(x, w, Tensor::from_vector_i32({1, 11, 3}, {3})), InputError);  // target >= V
   using paratrain::testing::error_of;
-  EXPECT_NE(error_of<InputError>([&] { ops::linear_cross_entropy(x, w, Tensor::from_vector_i32({1, 2}, {2})); })
-                .find("linear_cross_entropy: 2 targets for 3 rows of input [3, 8]"),
-            std::string::npos);
-  EXPECT_NE(error_of<InputError>([&] { ops::linear_cross_entropy(x, randn({0, 8}, 2), t); })
-                .find("linear_cross_entropy: the weight has no rows (V = 0)"),
-            std::string::npos);
-  EXPECT_NE(error_of<InputError>([&] { ops::linear_cross_entropy(x, w, Tensor::from_vector_i32({1, 11, 3}, {3})); })
-                .find("crossentropy_forward: target 11 at row 1 is outside [0,11)"),
-            std::string::npos);
+  const std::pair<std::function<void()>, std::string> cases[] = {
+      {[&] { ops::linear_cross_entropy(x, randn({11, 7}, 2), t); },
+       "linear_cross_entropy: input [3, 8] does not fit weight [11, 7]"},
+      {[&] { ops::linear_cross_entropy(x, w, Tensor::from_vector_i32({1, 2}, {2})); },
+       "linear_cross_entropy: 2 targets for 3 rows of input [3, 8]"},
+      {[&] { ops::linear_cross_entropy(x, randn({0, 8}, 2), t); },
+       "linear_cross_entropy: the weight has no rows (V = 0)"},
+      {[&] { ops::linear_cross_entropy(x, w, Tensor::from_vector_i32({1, 11, 3}, {3})); },  // target >= V
+       "crossentropy_forward: target 11 at row 1 is outside [0,11)"},
+  };
+  for (const auto& [call, want] : cases) {
+    const std::string got = error_of<InputError>(call);
+    EXPECT_NE(got.find(want), std::string::npos) << "want: " << want << "\ngot:  " << got;
+  }
 }
 
 TEST(LinearCrossEntropy, IsTheGptLossNode) {
