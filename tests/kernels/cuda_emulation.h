@@ -18,9 +18,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
-#include <cstring>
 #include <thread>
 #include <vector>
+
+#include "paratrain/tensor/dtype.h"
 
 #define __global__
 #define __device__
@@ -53,15 +54,7 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
 struct uint4 { uint32_t x, y, z, w; };
 inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return {a, b, c, d}; }
 struct __nv_bfloat16 { uint16_t bits; };
-// bf16 rounding to nearest even, NaN kept quiet (the CPU's and the GPU's rule).
-inline uint16_t rne(float f) {
-  uint32_t u; std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return u >> 16;
-}
-inline float bf(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; std::memcpy(&f, &u, 4); return f; }
-inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {rne(f)}; }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {paratrain::f32_to_bf16(f)}; }  // the CPU's rule
 
 // Runs f as a grid (gx, gy) of blocks of `block` threads, one block after another: `block`
 // host threads run every block in turn, with a barrier between blocks (which share memory

@@ -25,6 +25,10 @@
 #include <vector>
 
 #include "kernels/cuda_emulation.h"
+#include "paratrain/tensor/dtype.h"
+
+using paratrain::bf16_to_f32;
+using paratrain::f32_to_bf16;
 
 namespace {  // WMMA, found by the kernels' wmma:: names
 
@@ -58,7 +62,7 @@ void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, L>& f, const __nv
   check(p, ldm, 2);
   for (int i = 0; i < 16; ++i)
     for (int j = 0; j < 16; ++j)  // element (row i, col j) of the 16x16 operand
-      f.v[i][j] = bf(std::is_same_v<L, wmma::row_major> ? p[i * ldm + j].bits : p[i + j * ldm].bits);
+      f.v[i][j] = bf16_to_f32(std::is_same_v<L, wmma::row_major> ? p[i * ldm + j].bits : p[i + j * ldm].bits);
 }
 inline void load_matrix_sync(Acc& f, const float* p, unsigned ldm, layout_t) {
   check(p, ldm, 4);
@@ -97,8 +101,8 @@ namespace paratrain::kernels::cuda::flash {
 namespace {  // the header's unnamed namespace, where the kernels' `extern __shared__ smem` looks
 alignas(128) unsigned char smem[1 << 18];  // the block's dynamic shared memory (one block at a time)
 }  // namespace
-inline uint16_t float_to_bf16_bits(float f) { return rne(f); }
-inline float bf16_bits_to_float(uint16_t b) { return bf(b); }
+inline uint16_t float_to_bf16_bits(float f) { return f32_to_bf16(f); }
+inline float bf16_bits_to_float(uint16_t b) { return bf16_to_f32(b); }
 }  // namespace paratrain::kernels::cuda::flash
 
 #include "kernels/cuda/flash_attention_kernel.cuh"
@@ -113,9 +117,9 @@ void check_case(int64_t B, int64_t T, int64_t NH, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
   std::vector<uint16_t> qkv(B * T * 3 * C), dout(B * T * C), dqkv(B * T * 3 * C);
-  for (auto& x : qkv) x = rne(nd(rng) * 1.5f);
-  for (auto& x : dout) x = rne(nd(rng));
-  for (auto& x : dqkv) x = rne(nd(rng) * 0.05f);
+  for (auto& x : qkv) x = f32_to_bf16(nd(rng) * 1.5f);
+  for (auto& x : dout) x = f32_to_bf16(nd(rng));
+  for (auto& x : dqkv) x = f32_to_bf16(nd(rng) * 0.05f);
   const std::vector<uint16_t> dqkv0 = dqkv;
   std::vector<uint16_t> out(B * T * C, 0xffff);
   std::vector<float> lse(BH * T, -1), D(BH * T, -7);
@@ -138,8 +142,10 @@ void check_case(int64_t B, int64_t T, int64_t NH, uint32_t seed) {
   std::vector<double> want(B * T * 3 * C, 0.0);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < NH; ++h) {
-      auto at = [&](int64_t tt, int part, int64_t d) { return double(bf(qkv[(b * T + tt) * 3 * C + part * C + h * HS + d])); };
-      auto g = [&](int64_t tt, int64_t d) { return double(bf(dout[(b * T + tt) * C + h * HS + d])); };
+      auto at = [&](int64_t tt, int part, int64_t d) {
+        return double(bf16_to_f32(qkv[(b * T + tt) * 3 * C + part * C + h * HS + d]));
+      };
+      auto g = [&](int64_t tt, int64_t d) { return double(bf16_to_f32(dout[(b * T + tt) * C + h * HS + d])); };
       auto W = [&](int64_t tt, int part, int64_t d) -> double& { return want[(b * T + tt) * 3 * C + part * C + h * HS + d]; };
       for (int64_t t = 0; t < T; ++t) {
         std::vector<double> s(t + 1);
@@ -158,8 +164,8 @@ void check_case(int64_t B, int64_t T, int64_t NH, uint32_t seed) {
         for (int d = 0; d < HS; ++d) {
           double o = 0;
           for (int64_t j = 0; j <= t; ++j) o += s[j] * at(j, 2, d);
-          worst = std::max(worst, std::fabs(bf(out[(b * T + t) * C + h * HS + d]) - o) / (1 + std::fabs(o)));
-          Dt += g(t, d) * bf(out[(b * T + t) * C + h * HS + d]);
+          worst = std::max(worst, std::fabs(bf16_to_f32(out[(b * T + t) * C + h * HS + d]) - o) / (1 + std::fabs(o)));
+          Dt += g(t, d) * bf16_to_f32(out[(b * T + t) * C + h * HS + d]);
         }
         worst_D = std::max(worst_D, std::fabs(D[(b * NH + h) * T + t] - Dt) / (1 + std::fabs(Dt)));
         for (int64_t j = 0; j <= t; ++j) {
@@ -177,7 +183,7 @@ void check_case(int64_t B, int64_t T, int64_t NH, uint32_t seed) {
   double err2[3] = {0, 0, 0}, norm2[3] = {0, 0, 0};
   for (int64_t i = 0; i < (int64_t)want.size(); ++i) {
     const int part = (i % (3 * C)) / C;
-    const double got = double(bf(dqkv[i])) - bf(dqkv0[i]);
+    const double got = double(bf16_to_f32(dqkv[i])) - bf16_to_f32(dqkv0[i]);
     err2[part] += (got - want[i]) * (got - want[i]);
     norm2[part] += want[i] * want[i];
   }
