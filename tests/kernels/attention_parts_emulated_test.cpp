@@ -19,53 +19,42 @@
 #include "kernels/test_util.h"
 #include "kernels/cuda/attention_parts_kernels.cuh"
 #include "paratrain/kernels/cpu/attention_parts.h"
+#include "paratrain/kernels/registry.h"
 #include "paratrain/tensor/dtype.h"
 
 namespace {
 namespace cpu = paratrain::kernels::cpu;
 namespace parts = paratrain::kernels::cuda::parts;
+using paratrain::Device;
+using paratrain::kernels::registry;
 using paratrain::kernels::cpu::testing::uniform;
 
 constexpr unsigned kThreads = 256;  // attention_parts.cu's block
 
-// The element rules of the emulated kernels: the CPU's conversions (tensor/dtype.h).
+// The element rules of the emulated kernels: the CPU's conversions (tensor/dtype.h), and the
+// dtype whose CPU pieces (the registry's tables) they are checked against.
 struct F32 {
   using S = float;
+  static constexpr paratrain::DType kType = paratrain::DType::F32;
   static float load(float v) { return v; }
   static float store(float f) { return f; }
-  static S from(float f) { return f; }
 };
 struct BF16 {
   using S = uint16_t;
+  static constexpr paratrain::DType kType = paratrain::DType::BF16;
   static float load(uint16_t v) { return paratrain::bf16_to_f32(v); }
   static uint16_t store(float f) { return paratrain::f32_to_bf16(f); }
-  static S from(float f) { return store(f); }
 };
 struct F16 {
   using S = uint16_t;
+  static constexpr paratrain::DType kType = paratrain::DType::F16;
   static float load(uint16_t v) { return paratrain::f16_to_f32(v); }
   static uint16_t store(float f) { return paratrain::f32_to_f16(f); }
-  static S from(float f) { return store(f); }
 };
 
 template <typename T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-// The CPU's split and merge for element type E.
-template <typename E>
-void cpu_split(float* heads, const typename E::S* x, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P) {
-  if constexpr (std::is_same_v<E, F32>) cpu::attention_split_heads(heads, x, B, T, C, NH, P);
-  else if constexpr (std::is_same_v<E, BF16>) cpu::attention_split_heads_bf16(heads, x, B, T, C, NH, P);
-  else cpu::attention_split_heads_f16(heads, x, B, T, C, NH, P);
-}
-template <typename E>
-void cpu_merge(typename E::S* x, const float* heads, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P,
-               bool acc) {
-  if constexpr (std::is_same_v<E, F32>) cpu::attention_merge_heads(x, heads, B, T, C, NH, P, acc);
-  else if constexpr (std::is_same_v<E, BF16>) cpu::attention_merge_heads_bf16(x, heads, B, T, C, NH, P, acc);
-  else cpu::attention_merge_heads_f16(x, heads, B, T, C, NH, P, acc);
 }
 
 template <typename E>
@@ -76,9 +65,9 @@ void check_split_merge(int64_t B, int64_t T, int64_t NH, int64_t hs) {
                  " P=" + std::to_string(P));
     const auto xf = uniform(static_cast<size_t>(B * T * P * C), 7, -2, 2);
     std::vector<typename E::S> x(xf.size());
-    for (size_t i = 0; i < x.size(); ++i) x[i] = E::from(xf[i]);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = E::store(xf[i]);
     std::vector<float> want(x.size(), -1.0f), got(x.size(), -1.0f);
-    cpu_split<E>(want.data(), x.data(), B, T, C, NH, P);
+    registry().attention_split_heads.at(Device::CPU, E::kType)(want.data(), x.data(), B, T, C, NH, P);
     launch_serial(static_cast<unsigned>(B * T), 1, kThreads, [&] {
       parts::split_rows_kernel<E>(got.data(), x.data(), B, T, int(C), int(NH), int(P));
     });
@@ -86,7 +75,7 @@ void check_split_merge(int64_t B, int64_t T, int64_t NH, int64_t hs) {
     const auto heads = uniform(x.size(), 8, -1, 1);
     for (bool acc : {false, true}) {
       std::vector<typename E::S> y_want = x, y_got = x;
-      cpu_merge<E>(y_want.data(), heads.data(), B, T, C, NH, P, acc);
+      registry().attention_merge_heads.at(Device::CPU, E::kType)(y_want.data(), heads.data(), B, T, C, NH, P, acc);
       launch_serial(static_cast<unsigned>(B * T), 1, kThreads, [&] {
         parts::merge_rows_kernel<E>(y_got.data(), heads.data(), B, T, int(C), int(NH), int(P), acc);
       });
