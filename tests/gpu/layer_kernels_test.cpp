@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
@@ -30,6 +31,7 @@
 #include "paratrain/kernels/cpu/softmax.h"
 #include "paratrain/kernels/registry.h"
 #include "paratrain/tensor/cuda_check.h"
+#include "support/error_of.h"
 
 namespace paratrain::kernels {
 namespace {
@@ -678,6 +680,26 @@ TEST(CudaLayerKernels, AttentionPartsMatchCpu) {
     R().attention_rowdot.at(kGpu, kF32)(ddot.get(), da.get(), db.get(), BH, T, hs);
     expect_close(ddot.download(), dot, kF32Tol, "rowdot");
   }
+}
+
+// The pieces' launch limits are checked before any CUDA call: no GPU needed. A block per row
+// takes at most 2^31 - 1 rows of qkv (B*T), and the warps of rowdot as many blocks of 8 rows.
+TEST(CudaLayerKernels, AttentionPiecesNameRowsPastOneLaunch) {
+  const int64_t B = int64_t{1} << 20, T = int64_t{1} << 12;  // 2^32 rows
+  const std::string split = paratrain::testing::error_of<InputError>(
+      [&] { cuda::attention_split_heads(nullptr, nullptr, B, T, 8, 1, 3); });
+  EXPECT_NE(split.find("attention_split_heads (cuda): 4294967296 rows of 24 is more than one launch takes"),
+            std::string::npos)
+      << split;
+  const std::string merge = paratrain::testing::error_of<InputError>(
+      [&] { cuda::attention_merge_heads_bf16(nullptr, nullptr, B, T, 8, 1, 1, false); });
+  EXPECT_NE(merge.find("attention_merge_heads (cuda): 4294967296 rows of 8 is more than one launch takes"),
+            std::string::npos)
+      << merge;
+  const std::string rowdot = paratrain::testing::error_of<InputError>(
+      [&] { cuda::attention_rowdot(nullptr, nullptr, nullptr, int64_t{1} << 24, int64_t{1} << 10, 64); });
+  EXPECT_NE(rowdot.find("attention_rowdot (cuda): 17179869184 rows is more than one launch takes"), std::string::npos)
+      << rowdot;
 }
 
 // The tiles' size check comes before any CUDA call: no GPU needed.
