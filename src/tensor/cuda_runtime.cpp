@@ -5,6 +5,7 @@
 #include "paratrain/tensor/cuda_allocator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -86,11 +87,18 @@ bool built() { return true; }
 int device_count() { return probe().count; }
 std::string unavailable_reason() { return probe().reason; }
 
+namespace {
+std::atomic<bool> g_gpu_in_use{false};
+}  // namespace
+
+bool gpu_in_use() { return g_gpu_in_use.load(std::memory_order_acquire); }
+
 void require_device(int d) {
   if (d < 0 || d >= device_count()) {
     if (device_count() == 0) PT_THROW(InputError, "device cuda:", d, " is not available: ", unavailable_reason());
     PT_THROW(InputError, "device cuda:", d, " is not available: this process sees ", device_count(), " GPU(s)");
   }
+  g_gpu_in_use.store(true, std::memory_order_release);
 }
 
 int current_device() {
@@ -130,6 +138,26 @@ void stream_wait(Stream waiter, Stream waited) {
   PT_CUDA_CHECK(cudaEventDestroy(ev));  // released once the wait has happened
 }
 
+namespace {
+// A copy between host memory and `gpu`'s device on its compute stream, waited for.
+void copy_and_wait(void* dst, const void* src, size_t bytes, const void* gpu, cudaMemcpyKind kind) {
+  if (bytes == 0) return;
+  const int d = device_of(gpu);
+  if (d < 0) PT_THROW(InputError, "cuda copy: ", gpu, " is not GPU memory of this process");
+  DeviceGuard g(d);
+  auto s = static_cast<cudaStream_t>(compute_stream(d));
+  PT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
+  PT_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+}  // namespace
+
+void copy_to_host(void* host, const void* gpu, size_t bytes) {
+  copy_and_wait(host, gpu, bytes, gpu, cudaMemcpyDeviceToHost);
+}
+void copy_to_gpu(void* gpu, const void* host, size_t bytes) {
+  copy_and_wait(gpu, host, bytes, gpu, cudaMemcpyHostToDevice);
+}
+
 DeviceProperties properties(int d) {
   d = resolve(d);
   require_device(d);
@@ -152,6 +180,7 @@ namespace {
 }  // namespace
 
 bool built() { return false; }
+bool gpu_in_use() { return false; }
 int device_count() { return 0; }
 std::string unavailable_reason() { return "this build of paratrain has no CUDA support"; }
 void require_device(int d) { PT_THROW(InputError, "device cuda:", d, " is not available: ", unavailable_reason()); }
@@ -162,6 +191,8 @@ Stream comm_stream(int) { no_cuda(); }
 void synchronize() { no_cuda(); }
 void synchronize(Stream) { no_cuda(); }
 void stream_wait(Stream, Stream) { no_cuda(); }
+void copy_to_host(void*, const void*, size_t) { no_cuda(); }
+void copy_to_gpu(void*, const void*, size_t) { no_cuda(); }
 DeviceProperties properties(int) { no_cuda(); }
 Allocator& device_allocator(int d) {
   require_device(d < 0 ? 0 : d);

@@ -17,6 +17,7 @@
 // thread, as in the CUDA runtime.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -39,6 +40,12 @@ std::string unavailable_reason();
 // Throws InputError naming the device and why it is not there, unless 0 <= d < device_count().
 void require_device(int d);
 
+// True once this process has used a GPU through paratrain: require_device() passed (as
+// set_device(), a stream and a device allocator do). Before that no GPU memory of this
+// process can have come from paratrain, and checks of pointers need not ask the driver
+// (which would create a CUDA context on a CPU-only run). Never throws.
+bool gpu_in_use();
+
 int current_device();
 void set_device(int d);  // require_device(d), then makes d this thread's current device
 
@@ -54,6 +61,13 @@ void synchronize();
 void synchronize(Stream s);
 // Makes later work on `waiter` wait for what is queued on `waited` now (an event, no host wait).
 void stream_wait(Stream waiter, Stream waited);
+
+// Copies `bytes` between host memory and memory of a GPU (cuda_allocator.h's device_of() >= 0)
+// on that GPU's compute stream, after the work queued there, and return once the copy has
+// run: the host bytes are there, or the host buffer may be reused and the GPU's later work
+// sees the bytes. Any thread; InputError when `gpu` is not GPU memory of this process.
+void copy_to_host(void* host, const void* gpu, size_t bytes);
+void copy_to_gpu(void* gpu, const void* host, size_t bytes);
 
 struct DeviceProperties {
   std::string name;            // "NVIDIA H200"

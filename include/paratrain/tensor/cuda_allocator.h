@@ -28,7 +28,8 @@ namespace paratrain::cuda {
 
 // The allocator of GPU d (-1: the current device); InputError when there is no such GPU.
 Allocator& device_allocator(int d = -1);
-// The device a pointer from device_allocator() belongs to; -1 when it is not one of ours.
+// The GPU whose memory `p` is (device_allocator()'s or any other cudaMalloc of this process);
+// -1 for host memory, and -1 without asking the driver before gpu_in_use() (tensor/cuda.h).
 int device_of(const void* p);
 // The block holding `p` (from device_allocator()) is also used by stream `s`: when it is
 // freed, it is reused only after the work queued on `s` at that time.

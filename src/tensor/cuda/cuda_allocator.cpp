@@ -181,7 +181,7 @@ Allocator& device_allocator(int d) {
 }
 
 int device_of(const void* p) {
-  if (!p || device_count() == 0) return -1;
+  if (!p || !gpu_in_use()) return -1;  // no GPU touched yet: no need to ask the driver
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
     cudaGetLastError();
