@@ -1,7 +1,9 @@
 // Group construction: the environment contract (DESIGN.md) and the backend choice.
+#include "comm/device_staging.h"
 #include "comm/transport_process_group.h"
 #include "paratrain/base/env.h"
 #include "paratrain/base/log.h"
+#include "paratrain/tensor/cuda.h"
 #if PARATRAIN_HAVE_MPI
 #include "comm/backends/mpi/mpi_process_group.h"
 #endif
@@ -49,6 +51,12 @@ void require_nccl_build(const ProcessGroupOptions& o) {
 #endif
 }
 
+// A host backend's group (shm, tcp, mpi), taking GPU buffers too in a build with CUDA:
+// staged through host memory (device_staging.h).
+std::shared_ptr<ProcessGroup> on_host(std::shared_ptr<ProcessGroup> pg) {
+  return cuda::built() ? stage_device_buffers(std::move(pg)) : pg;
+}
+
 // The group of `size` ranks over `store` (prefixed "pg"), nccl or shm/tcp, holding `keep`.
 std::shared_ptr<ProcessGroup> group_over(std::shared_ptr<Store> store, int rank, int size,
                                          const ProcessGroupOptions& o, std::vector<std::shared_ptr<void>> keep) {
@@ -58,7 +66,7 @@ std::shared_ptr<ProcessGroup> group_over(std::shared_ptr<Store> store, int rank,
 #endif
   auto pg = std::make_shared<TransportProcessGroup>(pg_store, rank, size, o);
   for (auto& k : keep) pg->hold(std::move(k));
-  return pg;
+  return on_host(std::move(pg));
 }
 }  // namespace
 
@@ -70,7 +78,7 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   if (o.backend == "auto" && read_job_env().under_mpi && !store) use_mpi = true;
   if (use_mpi) {
 #if PARATRAIN_HAVE_MPI
-    return mpi::create_mpi_process_group(o);
+    return on_host(mpi::create_mpi_process_group(o));
 #else
     PT_THROW(InputError, "backend mpi: paratrain was built without MPI");
 #endif
@@ -86,7 +94,7 @@ std::shared_ptr<ProcessGroup> create_process_group_from_env(const ProcessGroupOp
   bool torchrun_vars = env::raw("MASTER_PORT").has_value();
   if (o.backend == "mpi" || (o.backend == "auto" && e.under_mpi && !torchrun_vars)) {
 #if PARATRAIN_HAVE_MPI
-    return mpi::create_mpi_process_group(o);
+    return on_host(mpi::create_mpi_process_group(o));
 #else
     PT_THROW(InputError, "backend mpi: paratrain was built without MPI");
 #endif

@@ -147,7 +147,12 @@ NcclProcessGroup::NcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   if (r != ncclSuccess) {
     std::string why = error_text(r, comm);
     if (comm) ncclCommAbort(comm);
-    PT_THROW(CommError, "rank ", rank, ": NCCL communicator init (", size, " ranks, cuda:", device_, ") failed: ", why);
+    // NCCL takes one rank per GPU ("Duplicate GPU detected" is an ncclInvalidUsage).
+    const char* hint = r == ncclInvalidUsage ? " (if ranks share a GPU: nccl takes one rank per GPU; backend shm "
+                                               "stages GPU buffers through host memory and takes several)"
+                                             : "";
+    PT_THROW(CommError, "rank ", rank, ": NCCL communicator init (", size, " ranks, cuda:", device_, ") failed: ", why,
+             hint);
   }
   comm_ = comm;
   // Init completes on rank 0 only once every rank joined, so every rank has read the id.

@@ -1,0 +1,46 @@
+// GPU buffers on the host backends (shm, tcp, mpi): a group that stages them through host
+// memory, so that every backend takes what nccl takes. This is how several ranks share one
+// GPU (NCCL refuses two ranks of a communicator on one device: "Duplicate GPU detected") and
+// how a GPU run works where NCCL does not.
+//
+// stage_device_buffers(group) wraps a host group. A call whose buffers are all host memory
+// goes straight to it (the same Work, no copy). A call with GPU buffers:
+//  - copies each buffer the call reads to a host buffer at once, after the work queued on its
+//    GPU's compute stream (the call waits for the GPU: there is no overlap with compute);
+//  - runs the host group's call on the host buffers;
+//  - once that completes, copies what the call wrote back to the GPU (on the compute stream,
+//    waited for) before the returned Work completes, so the caller's wait() or
+//    wait_on_device() sees the result. The waiting thread does that copy; a Work nobody
+//    waits for is completed by the group's background thread (polled while any is pending).
+// Failures of the host call are the Work's failures; a failed copy is the Work's CudaError.
+// The staging memory (page-locked on a GPU: cuda::pinned_allocator) is held until the host
+// call has completed. Sub-groups (new_group) are staged the same way.
+//
+// DeviceMemory says which pointers are GPU memory and copies them; cuda_device_memory() is
+// the real one (cuda_allocator.h's device_of: memory of this process's device allocators),
+// and tests pass a stand-in. Thread-safety: as ProcessGroup. Lifetime: destroying the group
+// first completes every call it staged (each within its host call's deadline).
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "paratrain/comm/process_group.h"
+
+namespace paratrain::comm {
+
+struct DeviceMemory {
+  std::function<bool(const void*)> holds;                      // p is GPU memory
+  std::function<void(void*, const void*, size_t)> to_host;     // (host, gpu, bytes), returns when done
+  std::function<void(void*, const void*, size_t)> to_device;   // (gpu, host, bytes), returns when done
+  std::function<std::shared_ptr<void>(size_t)> host_buffer;    // staging memory of at least `bytes`
+};
+
+// The GPUs of this process (tensor/cuda.h); holds() is false for everything in a build
+// without CUDA or before any GPU memory was taken.
+DeviceMemory cuda_device_memory();
+
+std::shared_ptr<ProcessGroup> stage_device_buffers(std::shared_ptr<ProcessGroup> host_group,
+                                                   DeviceMemory memory = cuda_device_memory());
+
+}  // namespace paratrain::comm
