@@ -108,8 +108,7 @@ int run_bench_comm(int argc, char** argv) {
         PT_THROW(InputError, "--device ", device_s, ": cuda:", device.index, " does not exist (", cuda::device_count(),
                  " GPUs)");
       cuda::set_device(device.index);
-      if (backend.empty() || backend == "auto") backend = "nccl";
-      if (backend != "nccl") PT_THROW(InputError, "--backend ", backend, " moves host memory; with --device cuda use nccl");
+      if (backend.empty() || backend == "auto") backend = "nccl";  // shm/tcp/mpi stage the GPU buffers
     }
     comm::ProcessGroupOptions opts;
     opts.backend = backend;

@@ -27,10 +27,7 @@ DeviceSpec place_training(const TrainConfig& cfg, const comm::JobEnv& job) {
 }
 
 std::string backend_on(const TrainConfig& c, const DeviceSpec& device) {
-  if (device.kind == Device::CPU || c.backend == "nccl") return c.backend;
-  if (c.backend == "auto") return "nccl";
-  PT_THROW(InputError, "--backend ", c.backend, " moves host memory; with --device ", c.device,
-           " use --backend nccl (or auto)");
+  return device.kind == Device::CUDA && c.backend == "auto" ? "nccl" : c.backend;
 }
 
 DeviceSpec model_device(const nn::Module& m) {

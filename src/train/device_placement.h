@@ -24,8 +24,9 @@ namespace paratrain::train {
 DeviceSpec place_training(const TrainConfig& cfg, const comm::JobEnv& job);
 
 // The process-group backend for `cfg.backend` on `device`: auto is nccl for GPU tensors
-// (the default choice, shm/tcp, otherwise); shm, tcp and mpi move host memory, so on a GPU
-// only nccl (or auto) is accepted.
+// (the default choice, shm/tcp, otherwise). shm, tcp and mpi take GPU tensors too, staged
+// through host memory (comm/device_staging.h): slower, but several ranks may share one GPU,
+// which NCCL refuses.
 std::string backend_on(const TrainConfig& cfg, const DeviceSpec& device);
 
 // The device of a module's parameters (its first one; cpu for a module without any): where

@@ -5,7 +5,7 @@
 // the device, activations handed between a rank's chunks, the compute stream waiting for each
 // receive, the losses read back once; every schedule (interleaved with its message rounds
 // too) must give the one-CPU-rank losses and gradients within f32 summation-order error.
-// Two GPUs over real nccl: TrainCommandOnGpu.PipelineOnTwoGpusFollowsTheCpu.
+// Two ranks (two GPUs over nccl, or one shared over shm): TrainCommandOnGpu.PipelineOnTwoRanksFollowsTheCpu.
 #include <cuda_runtime.h>
 
 #include "gpu/gpu_test_util.h"

@@ -1,8 +1,8 @@
 // Tensor parallelism's pieces on GPUs: the vocabulary-parallel embedding kernels against their
 // CPU twins; on one GPU the layers with a tensor-parallel group of one rank (the lookup, the
 // position ids, the tied logits, a sequence-parallel LayerNorm built from a GPU layer) and
-// TpGroup's copies; with two GPUs the collectives of comm_ops.h over nccl, two ranks in two
-// threads, against the same exact rules as tests/parallel/tp_comm_ops_test.cpp (the packs are
+// TpGroup's copies; the collectives of comm_ops.h with two ranks in two threads (over nccl on
+// two GPUs, or sharing one over shm, which stages the GPU buffers through host memory), against the same exact rules as tests/parallel/tp_comm_ops_test.cpp (the packs are
 // strided copies on the device, and each collective only orders the compute stream).
 #include <cmath>
 #include <mutex>
@@ -154,20 +154,22 @@ TEST(TensorParallelOnGpu, LayersWithOneRankRunOnTheGpu) {
   EXPECT_EQ(spln.weight.to_vector(), std::vector<float>(C, 1.0f));
 }
 
-// Two ranks on cuda:0 and cuda:1 over nccl: gather_sequence, reduce_scatter_sequence,
-// gather_last_dim, copy_to_tp and reduce_from_tp on device tensors, forward and backward, exact.
-TEST(TensorParallelOnGpu, CommOpsOverNcclOnTwoGpus) {
+// Two ranks, on cuda:0 and cuda:1 over nccl where there are two GPUs, else both on cuda:0 over
+// shm: gather_sequence, reduce_scatter_sequence, gather_last_dim, copy_to_tp and
+// reduce_from_tp on device tensors, forward and backward, exact.
+TEST(TensorParallelOnGpu, CommOpsOnTwoRanks) {
   PT_REQUIRE_GPU();
-  if (cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, this process sees " << cuda::device_count();
+  const bool two_gpus = cuda::device_count() >= 2;
   auto store = std::make_shared<comm::HashStore>();
   std::mutex mu;
   std::vector<std::string> errors;
   auto rank_main = [&](int rank) {
     try {
-      cuda::set_device(rank);
-      const DeviceSpec dev{Device::CUDA, rank};
+      const int gpu = two_gpus ? rank : 0;
+      cuda::set_device(gpu);
+      const DeviceSpec dev{Device::CUDA, gpu};
       comm::ProcessGroupOptions o;
-      o.backend = "nccl";
+      o.backend = two_gpus ? "nccl" : "shm";
       o.timeout_s = 60;
       auto tp = std::make_shared<TpGroup>(comm::create_process_group(store, rank, 2, o));
       const int r = tp->rank(), n = 2;

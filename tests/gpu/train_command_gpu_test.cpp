@@ -3,7 +3,8 @@
 // Fashion-MNIST's format written by the test), mixed precision on the GPU, an exact resume
 // there, the metrics' device figures, and DDP (with bf16 and PowerSGD compression, and
 // --balance auto), --deterministic (bit for bit one GPU accumulating), ZeRO 3, tensor and
-// pipeline parallelism over nccl when the machine has two GPUs. Skips without a GPU (PT_REQUIRE_GPU).
+// pipeline parallelism with two ranks: over nccl on two GPUs where the machine has them, else
+// sharing one GPU over shm (two_ranks_on_gpus). Skips without a GPU (PT_REQUIRE_GPU).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -79,6 +80,13 @@ std::vector<double> losses(const std::vector<nlohmann::json>& m) {
   std::vector<double> out;
   for (const auto& j : m) out.push_back(j["loss"].get<double>());
   return out;
+}
+
+// Where two ranks train: a GPU each over nccl where the machine has two, else both on cuda:0
+// over shm, which stages the GPU buffers through host memory (comm/device_staging.h; NCCL
+// refuses two ranks on one GPU). Either way every tensor of the run is on a GPU.
+std::string two_ranks_on_gpus() {
+  return cuda::device_count() >= 2 ? " --device cuda" : " --device cuda:0 --backend shm";
 }
 
 // A GPU run's losses and gradient norms within `rel` (relative) of the CPU run's, step by step.
@@ -191,21 +199,20 @@ TEST_F(TrainCommandOnGpu, CnnFollowsTheCpuRun) {
   EXPECT_NEAR(bf16.back(), gpu.back()["loss"].get<double>(), 0.05 * gpu.back()["loss"].get<double>());
 }
 
-// --tp 2 on two GPUs (cuda:LOCAL_RANK, nccl) against --tp 2 on the CPU (shm): the same cut
-// model, data and AdamW; only the summation order of the GEMMs, reductions, attention and the
+// --tp 2 on two ranks (two_ranks_on_gpus: two GPUs over nccl, or one shared over shm) against
+// --tp 2 on the CPU (shm): the same cut model, data and AdamW; only the summation order of the GEMMs, reductions, attention and the
 // LayerNorm parameter sums differs (f32 both, no TF32; two ranks add a + b either way), as
 // in F32FollowsTheCpuRunAndReportsTheGpu, so 6 steps stay within 1e-3 relative; plain and
 // with --sequence-parallel (without dropout: a GPU draws other masks than the CPU).
-TEST_F(TrainCommandOnGpu, TensorParallelOnTwoGpusFollowsTheCpu) {
+TEST_F(TrainCommandOnGpu, TensorParallelOnTwoRanksFollowsTheCpu) {
   PT_REQUIRE_GPU();
-  if (cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, this machine has " << cuda::device_count();
   const std::string launch = "launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) +
                              " train --model gpt-nano --data " + path("tokens.bin") +
                              " --steps 6 --micro-batch 4 --grad-accum 2 --lr 1e-3 --grad-clip 1.0 --seed 3 --quiet --tp 2";
   for (const std::string extra : {"", " --sequence-parallel"}) {
     SCOPED_TRACE("--tp 2" + extra);
     const auto cpu = train(launch + extra + " --device cpu", "tp_cpu.jsonl");
-    const auto gpu = train(launch + extra + " --device cuda", "tp_gpu.jsonl");
+    const auto gpu = train(launch + extra + two_ranks_on_gpus(), "tp_gpu.jsonl");
     ASSERT_NO_FATAL_FAILURE(expect_follows(gpu, cpu, 6, 1e-3));
     EXPECT_EQ(gpu[0]["device"], "cuda:0");
     EXPECT_GT(gpu[0]["tp_comm_calls"].get<int64_t>(), 0);
@@ -215,14 +222,14 @@ TEST_F(TrainCommandOnGpu, TensorParallelOnTwoGpusFollowsTheCpu) {
   }
 }
 
-// Pipeline parallelism on two GPUs (two stages over nccl's posting-order send/recv) follows
+// Pipeline parallelism on two ranks (two stages: over nccl's posting-order send/recv on two
+// GPUs, or over shm's tagged send/recv of staged buffers on one) follows
 // the CPU's --pp 2 run with the same schedule: the same data, initialisation and AdamW, f32
-// both sides, only summation orders differ (as in TensorParallelOnTwoGpusFollowsTheCpu). The
-// final weights are gathered from both stages' GPUs (device buffers over nccl) into a file of
+// both sides, only summation orders differ (as in TensorParallelOnTwoRanksFollowsTheCpu). The
+// final weights are gathered from both stages' GPU buffers into a file of
 // the CPU run's size: every tensor, with its shape, is there.
-TEST_F(TrainCommandOnGpu, PipelineOnTwoGpusFollowsTheCpu) {
+TEST_F(TrainCommandOnGpu, PipelineOnTwoRanksFollowsTheCpu) {
   PT_REQUIRE_GPU();
-  if (cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, this machine has " << cuda::device_count();
   const std::string launch = "launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) +
                              " train --model gpt-nano --data " + path("tokens.bin") +
                              " --steps 6 --micro-batch 4 --grad-accum 4 --lr 1e-3 --grad-clip 1.0 --seed 3 --quiet --pp 2";
@@ -230,7 +237,7 @@ TEST_F(TrainCommandOnGpu, PipelineOnTwoGpusFollowsTheCpu) {
     SCOPED_TRACE("--pp 2 --pp-schedule " + schedule);
     const std::string run = launch + " --pp-schedule " + schedule;
     const auto cpu = train(run + " --device cpu --save-final " + path("pp_cpu.safetensors"), "pp_cpu.jsonl");
-    const auto gpu = train(run + " --device cuda --save-final " + path("pp_gpu.safetensors"), "pp_gpu.jsonl");
+    const auto gpu = train(run + two_ranks_on_gpus() + " --save-final " + path("pp_gpu.safetensors"), "pp_gpu.jsonl");
     ASSERT_NO_FATAL_FAILURE(expect_follows(gpu, cpu, 6, 1e-3));
     EXPECT_EQ(gpu[0]["device"], "cuda:0");
     ASSERT_TRUE(fs::exists(path("pp_gpu.safetensors")));
@@ -239,43 +246,42 @@ TEST_F(TrainCommandOnGpu, PipelineOnTwoGpusFollowsTheCpu) {
   }
 }
 
-// Two ranks on two GPUs (cuda:LOCAL_RANK) over nccl against one GPU taking both halves of
+// Two ranks (two_ranks_on_gpus) against one GPU taking both halves of
 // the batch as micro-batches: the same global batch, so the same losses up to summation order.
-TEST_F(TrainCommandOnGpu, DdpOverNcclMatchesOneGpu) {
+TEST_F(TrainCommandOnGpu, DdpOnTwoRanksMatchesOneGpu) {
   PT_REQUIRE_GPU();
-  if (cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, this machine has " << cuda::device_count();
   const std::string one = "train --model gpt-nano --data " + path("tokens.bin") +
                           " --steps 6 --micro-batch 4 --grad-accum 2 --seed 3 --quiet --device cuda";
   const auto single = losses(train(one, "one.jsonl"));
   const auto two = losses(train("launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) +
                                     " train --model gpt-nano --data " + path("tokens.bin") +
-                                    " --steps 6 --micro-batch 4 --seed 3 --quiet --device cuda",
+                                    " --steps 6 --micro-batch 4 --seed 3 --quiet" + two_ranks_on_gpus(),
                                 "two.jsonl"));
   ASSERT_EQ(two.size(), single.size());
   for (size_t s = 0; s < two.size(); ++s) EXPECT_NEAR(two[s], single[s], 1e-3 * single[s]) << "step " << s + 1;
   // bf16 gradient compression: the buckets cast on the GPUs, the mean summed in bf16
   const auto bf16 = losses(train("launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) +
                                      " train --model gpt-nano --data " + path("tokens.bin") +
-                                     " --steps 6 --micro-batch 4 --seed 3 --quiet --device cuda --compress bf16",
+                                     " --steps 6 --micro-batch 4 --seed 3 --quiet --compress bf16" +
+                                     two_ranks_on_gpus(),
                                  "two_bf16.jsonl"));
   ASSERT_EQ(bf16.size(), single.size());
   for (size_t s = 0; s < bf16.size(); ++s) EXPECT_NEAR(bf16[s], single[s], 2e-2 * single[s]) << "bf16, step " << s + 1;
 }
 
-// --deterministic on two GPUs: the nccl group sums in rank order (the ranks' contributions
+// --deterministic on two ranks: the group sums in rank order (nccl: the ranks' contributions
 // gathered by grouped sends/recvs and combined by one kernel), so two ranks with one
 // micro-batch each write the same weights, byte for byte, as one GPU accumulating both, as
 // two CPU ranks do against one CPU process (AdamW: bit-identity leaves no noise to amplify).
-TEST_F(TrainCommandOnGpu, DeterministicTwoGpusAreBitIdenticalToOneAccumulating) {
+TEST_F(TrainCommandOnGpu, DeterministicTwoRanksAreBitIdenticalToOneAccumulating) {
   PT_REQUIRE_GPU();
-  if (cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, this machine has " << cuda::device_count();
   const std::string args = " train --model gpt-nano --data " + path("tokens.bin") +
-                           " --steps 5 --micro-batch 4 --lr 1e-3 --grad-clip 1.0 --seed 3 --quiet --device cuda"
+                           " --steps 5 --micro-batch 4 --lr 1e-3 --grad-clip 1.0 --seed 3 --quiet"
                            " --deterministic --save-final ";
-  const auto one = test::run_paratrain(args + path("one.st") + " --grad-accum 2", 300);
+  const auto one = test::run_paratrain(args + path("one.st") + " --grad-accum 2 --device cuda", 300);
   ASSERT_EQ(one.rc, 0) << one.out;
   const auto two = test::run_paratrain("launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) + args +
-                                           path("two.st"), 300);
+                                           path("two.st") + two_ranks_on_gpus(), 300);
   ASSERT_EQ(two.rc, 0) << two.out;
   auto bytes = [&](const std::string& name) {
     std::ifstream in(path(name), std::ios::binary);
@@ -283,17 +289,16 @@ TEST_F(TrainCommandOnGpu, DeterministicTwoGpusAreBitIdenticalToOneAccumulating) 
   };
   const std::string w = bytes("one.st");
   ASSERT_FALSE(w.empty());
-  EXPECT_TRUE(bytes("two.st") == w) << "two GPUs --deterministic differ from one GPU --grad-accum 2";
+  EXPECT_TRUE(bytes("two.st") == w) << "two ranks --deterministic differ from one GPU --grad-accum 2";
 }
 
-// PowerSGD on two GPUs (factors, error feedback and Gram-Schmidt on the devices, the two
-// all-reduces over nccl) follows the same PowerSGD run of two CPU ranks: the same arithmetic
-// in f32 up to summation order. --balance auto on two GPUs, rank 1 simulated 20x slower
+// PowerSGD on two ranks (factors, error feedback and Gram-Schmidt on the devices, the two
+// all-reduces over the group) follows the same PowerSGD run of two CPU ranks: the same arithmetic
+// in f32 up to summation order. --balance auto on two ranks, rank 1 simulated 20x slower
 // (PARATRAIN_SIMULATE_SLOWDOWN, idling before each backward): the compute it measures up to
 // the step's loss read-back moves most of each micro-step's 8 sequences to rank 0.
-TEST_F(TrainCommandOnGpu, PowerSgdAndBalanceAutoOnTwoGpus) {
+TEST_F(TrainCommandOnGpu, PowerSgdAndBalanceAutoOnTwoRanks) {
   PT_REQUIRE_GPU();
-  if (cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, this machine has " << cuda::device_count();
   auto two = [&](int steps) {
     return "launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) + " train --model gpt-nano --data " +
            path("tokens.bin") + " --steps " + std::to_string(steps) +
@@ -301,11 +306,11 @@ TEST_F(TrainCommandOnGpu, PowerSgdAndBalanceAutoOnTwoGpus) {
   };
   const std::string powersgd = " --compress powersgd --powersgd-rank 4 --powersgd-start-iter 2";
   const auto cpu = train(two(8) + powersgd + " --device cpu", "psgd_cpu.jsonl");
-  const auto gpu = train(two(8) + powersgd + " --device cuda", "psgd_gpu.jsonl");
+  const auto gpu = train(two(8) + powersgd + two_ranks_on_gpus(), "psgd_gpu.jsonl");
   expect_follows(gpu, cpu, 8, 1e-3);
 
   const auto r = test::run_shell_line("PARATRAIN_SIMULATE_SLOWDOWN=1:20 timeout 300 " + std::string(PARATRAIN_BIN) +
-                                      " " + two(14) + " --device cuda --balance auto --metrics " +
+                                      " " + two(14) + two_ranks_on_gpus() + " --balance auto --metrics " +
                                       path("bal.jsonl") + " 2>&1");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("balance: from step"), std::string::npos) << r.out;
@@ -329,10 +334,10 @@ TEST_F(TrainCommandOnGpu, ZeroThreeMatchesPlainDataParallel) {
   const auto zero3 = losses(train(base(6) + " --device cuda --zero 3", "zero3.jsonl"));
   ASSERT_EQ(zero3.size(), plain.size());
   for (size_t s = 0; s < plain.size(); ++s) EXPECT_NEAR(zero3[s], plain[s], 1e-4 * plain[s]) << "step " << s + 1;
-  if (cuda::device_count() < 2) GTEST_SKIP() << "the two-GPU half needs 2 GPUs, this machine has " << cuda::device_count();
   const std::string two = "launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) +
                           " train --model gpt-nano --data " + path("tokens.bin") +
-                          " --steps 6 --micro-batch 4 --lr 1e-3 --grad-clip 1.0 --seed 3 --quiet --device cuda --zero 3";
+                          " --steps 6 --micro-batch 4 --lr 1e-3 --grad-clip 1.0 --seed 3 --quiet --zero 3" +
+                          two_ranks_on_gpus();
   const auto f32 = losses(train(two, "two_f32.jsonl"));
   const auto bf16 = losses(train(two + " --compress bf16", "two_bf16.jsonl"));
   ASSERT_EQ(f32.size(), plain.size());

@@ -36,16 +36,16 @@ std::string refusal(F&& f) {
 
 }  // namespace
 
-TEST(DevicePlacement, AutoMeansNcclOnAGpuAndHostBackendsAreRefusedThere) {
+// shm, tcp and mpi stage GPU buffers through host memory (comm/device_staging.h), so they
+// are what they say on a GPU too: the way several ranks share one GPU.
+TEST(DevicePlacement, AutoMeansNcclOnAGpuAndHostBackendsStayWhatTheySay) {
   TrainConfig c = gpu_config();
   EXPECT_EQ(backend_on(c, kGpu), "nccl");
   c.backend = "nccl";
   EXPECT_EQ(backend_on(c, kGpu), "nccl");
   for (const char* host : {"shm", "tcp", "mpi"}) {
     c.backend = host;
-    const std::string why = refusal([&] { backend_on(c, kGpu); });
-    EXPECT_NE(why.find(std::string("--backend ") + host + " moves host memory"), std::string::npos) << why;
-    EXPECT_NE(why.find("--backend nccl (or auto)"), std::string::npos) << why;
+    EXPECT_EQ(backend_on(c, kGpu), host);
     EXPECT_EQ(backend_on(c, kCpu), host);
   }
   c.backend = "auto";

@@ -324,10 +324,9 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared
                " (move the whole model to one device first)");
     }
   }
-  if (im.communicates() && (im.pg->backend_name() == "nccl") != im.on_gpu())
-    PT_THROW(InputError, "DistributedDataParallel: the parameters are on ", im.device.str(), " but the process group is ",
-             im.pg->backend_name(), im.on_gpu() ? " (GPU parameters need --backend nccl)"
-                                                : " (backend nccl needs the parameters on the group's GPU)");
+  if (im.communicates() && im.pg->backend_name() == "nccl" && !im.on_gpu())
+    PT_THROW(InputError, "DistributedDataParallel: the parameters are on ", im.device.str(),
+             " but the process group is nccl (backend nccl needs the parameters on the group's GPU)");
   if (options.deterministic && options.compress.kind != CompressKind::None)
     PT_THROW(InputError, "--compress ", compress_name(options.compress.kind),
              " cannot be combined with --deterministic (compressed gradients are not bit-identical to one process)");
