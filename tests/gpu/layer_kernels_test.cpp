@@ -452,13 +452,13 @@ void by_gemm_backward(void* dqkv, const void* dout, const void* qkv, const void*
                       int64_t Tn, int64_t C, int64_t NH) {
   attention_by_gemm_backward<Device::CUDA, T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH, 16, Half);
 }
-// The flash kernels (bf16), the GEMM attention with bf16 products where they do not take the
+// The flash kernels (bf16), the GEMM attention with f32 products where they do not take the
 // shape (as the tables run them); head sizes 64 and 128 must be taken.
 void flash_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
   const bool taken = cuda::attention_forward_flash_bf16(static_cast<uint16_t*>(out), static_cast<float*>(lse),
                                                         static_cast<const uint16_t*>(qkv), B, Tn, C, NH);
   EXPECT_EQ(taken, C / NH == 64 || C / NH == 128) << "the flash forward's shapes";
-  if (!taken) by_gemm_forward<kBF16, true>(out, lse, qkv, B, Tn, C, NH);
+  if (!taken) by_gemm_forward<kBF16>(out, lse, qkv, B, Tn, C, NH);
 }
 void flash_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse, int64_t B,
                     int64_t Tn, int64_t C, int64_t NH) {
@@ -466,7 +466,7 @@ void flash_backward(void* dqkv, const void* dout, const void* qkv, const void* o
       static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout), static_cast<const uint16_t*>(qkv),
       static_cast<const uint16_t*>(out), static_cast<const float*>(lse), B, Tn, C, NH);
   EXPECT_EQ(taken, C / NH == 64 || C / NH == 128) << "the flash backward's shapes";
-  if (!taken) by_gemm_backward<kBF16, true>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
+  if (!taken) by_gemm_backward<kBF16>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
 }
 // The tables' bf16 attention rounds P and dS where PARATRAIN_CUDA_ATTENTION says flash or
 // gemm-bf16: then the bf16-products tolerance.

@@ -6,7 +6,7 @@
 //   gemm (the default): batched f32 GEMMs over every head (kernels/attention_by_gemm.h);
 //   gemm-bf16: the same, bf16 with bf16 products on tensor cores;
 //   flash: bf16 by the fused flash kernels on tensor cores (flash_attention.cu; shapes they
-//     do not take run as gemm-bf16), f32 as gemm;
+//     do not take run as gemm, the CPU's rounding), f32 as gemm;
 //   tiles: attention.cu's one-kernel f32 tiles.
 // softmax_row_max and softmax_row_exp_sum return a host float per row and have no CUDA
 // kernel (NoKernelError).
@@ -33,19 +33,19 @@ void gemm_attention_backward(void* dqkv, const void* dout, const void* qkv, cons
 }
 
 // The flash kernels in the bf16 tables' signatures; what they do not take (head size, C,
-// alignment: layers.h) runs as the GEMM attention with bf16 products, the same rounding of P
-// and dS, whose lse either backward reads.
+// alignment: layers.h) runs as the GEMM attention with f32 products, within the CPU's
+// contract, whose lse (the same rows) either backward reads.
 void flash_attention_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
   if (!attention_forward_flash_bf16(static_cast<uint16_t*>(out), static_cast<float*>(lse),
                                     static_cast<const uint16_t*>(qkv), B, Tn, C, NH))
-    gemm_attention_forward<DType::BF16, true>(out, lse, qkv, B, Tn, C, NH);
+    gemm_attention_forward<DType::BF16>(out, lse, qkv, B, Tn, C, NH);
 }
 void flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
                               int64_t B, int64_t Tn, int64_t C, int64_t NH) {
   if (!attention_backward_flash_bf16(static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout),
                                      static_cast<const uint16_t*>(qkv), static_cast<const uint16_t*>(out),
                                      static_cast<const float*>(lse), B, Tn, C, NH))
-    gemm_attention_backward<DType::BF16, true>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
+    gemm_attention_backward<DType::BF16>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
 }
 
 // PARATRAIN_CUDA_ATTENTION: which attention the tables hold.
