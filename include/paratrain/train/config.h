@@ -36,9 +36,11 @@ struct TrainConfig {
   // ---- run ----
   uint64_t seed = 1337;
   int threads = 0;  // 0 = the host's cores split among the ranks on it
-  // cpu | cuda (each rank on the GPU of its local rank) | cuda:N. On a GPU the model moves
-  // there before the run starts, batches go up through pinned memory, backend auto is nccl;
-  // tp, pp, zero 3, compression and balance auto are refused there (docs/cuda.md).
+  // cpu | cuda (each rank on the GPU of its local rank) | cuda:N (every rank of the node on
+  // GPU N). On a GPU the model moves there before the run starts, batches go up through
+  // pinned memory and every layout runs; backend auto is nccl there, and shm, tcp and mpi
+  // stage the GPU buffers through host memory, so several ranks may share one GPU
+  // (docs/cuda.md).
   std::string device = "cpu";
   bool deterministic = false;
   // ---- mixed precision (docs/amp.md) ----
@@ -47,7 +49,7 @@ struct TrainConfig {
   int64_t loss_scale_growth_interval = 2000;  // dynamic scaling: clean steps before the scale doubles
   std::string save_dtype = "f32";  // f32 | bf16: dtype of --save-final's model file
   // ---- data parallel (WORLD_SIZE > 1, mpirun or Slurm: one process per rank) ----
-  std::string backend = "auto";  // auto | shm | tcp | mpi
+  std::string backend = "auto";  // auto | shm | tcp | mpi | nccl
   // Device mesh (parallel/mesh.h): dp x tp x pp = world size; 0 = derived (the one left out).
   int64_t dp = 0;                // data-parallel ranks
   int64_t tp = 0;                // tensor-parallel ranks (GPT models; docs/tensor_parallel.md)
