@@ -16,7 +16,7 @@
 // to (B,T,C); lse = m + log l (natural log, the scores already scaled: the CPU's convention).
 // Rows past T compute nothing that is written.
 //
-// Shared memory (dynamic, HS the head size, 64 or 128): Q, K, V tiles bf16 (64 x HS, row
+// Shared memory (dynamic, HS the head size, 32, 64 or 128): Q, K, V tiles bf16 (64 x HS, row
 // stride HS + 8), S f32 (64 x 64, stride 68), P bf16 (64 x 64, stride 72), the row-index
 // matrix and the rows' alphas; at the end O f32 (64 x HS, stride HS + 4) over K and V. Every
 // WMMA pointer is 32-byte aligned and every leading dimension a multiple of 8 (bf16) or 4
@@ -106,7 +106,9 @@ __device__ __forceinline__ void accumulate_product(wmma::fragment<wmma::accumula
 // A block's query tile when the grid's x runs over the tiles of one (batch, head): the last
 // first. A query tile's work grows with its index (keys up to the diagonal), and a GPU starts
 // blocks roughly in index order, so the longest start first and the short ones fill the tail.
-__device__ __forceinline__ int64_t last_tile_first() { return static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x; }
+// 32-bit arithmetic: in 64 bits it cost the forward 18 registers (4 blocks per SM to 3 for
+// head size 64) and made the dQ kernel spill.
+__device__ __forceinline__ unsigned last_tile_first() { return gridDim.x - 1u - blockIdx.x; }
 
 template <int HS>
 __global__ void __launch_bounds__(kThreads)
@@ -123,7 +125,7 @@ __global__ void __launch_bounds__(kThreads)
   auto* row_index = reinterpret_cast<float*>(smem + L::kRowIndex);
   auto* alpha_s = reinterpret_cast<float*>(smem + L::kAlpha);
 
-  const int64_t q0 = last_tile_first() * kRows;
+  const int64_t q0 = static_cast<int64_t>(last_tile_first()) * kRows;
   const int64_t bh = blockIdx.y, b = bh / NH;
   const int h = static_cast<int>(bh % NH);
   const int warp = threadIdx.x / 32;
@@ -438,7 +440,7 @@ __global__ void __launch_bounds__(kThreads)
   float* D_s = lse_s + kRows;
   auto* stage = reinterpret_cast<float*>(smem + L::kAcc);
 
-  const int64_t q0 = last_tile_first() * kRows;
+  const int64_t q0 = static_cast<int64_t>(last_tile_first()) * kRows;
   const int64_t bh = blockIdx.y, b = bh / NH;
   const int h = static_cast<int>(bh % NH);
   const int warp = threadIdx.x / 32;
