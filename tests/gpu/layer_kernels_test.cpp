@@ -423,7 +423,8 @@ struct AttnCase {
   int64_t B, T, NH, hs;
 };
 constexpr AttnCase kAttnCases[] = {{1, 1, 1, 16},   {2, 37, 3, 64},  {1, 256, 2, 16}, {2, 256, 2, 64},
-                                   {1, 37, 1, 128}, {3, 17, 4, 16}, {1, 1024, 2, 64}, {1, 200, 2, 128}};
+                                   {1, 37, 1, 128}, {3, 17, 4, 16}, {1, 1024, 2, 64}, {1, 200, 2, 128},
+                                   {2, 100, 2, 32}};
 
 std::string attn_name(const AttnCase& k) {
   return "B=" + std::to_string(k.B) + " T=" + std::to_string(k.T) + " NH=" + std::to_string(k.NH) +
@@ -453,11 +454,11 @@ void by_gemm_backward(void* dqkv, const void* dout, const void* qkv, const void*
   attention_by_gemm_backward<Device::CUDA, T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH, 16, Half);
 }
 // The flash kernels (bf16), the GEMM attention with f32 products where they do not take the
-// shape (as the tables run them); head sizes 64 and 128 must be taken.
+// shape (as the tables run them); head sizes 32, 64 and 128 must be taken.
 void flash_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
   const bool taken = cuda::attention_forward_flash_bf16(static_cast<uint16_t*>(out), static_cast<float*>(lse),
                                                         static_cast<const uint16_t*>(qkv), B, Tn, C, NH);
-  EXPECT_EQ(taken, C / NH == 64 || C / NH == 128) << "the flash forward's shapes";
+  EXPECT_EQ(taken, C / NH == 32 || C / NH == 64 || C / NH == 128) << "the flash forward's shapes";
   if (!taken) by_gemm_forward<kBF16>(out, lse, qkv, B, Tn, C, NH);
 }
 void flash_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse, int64_t B,
@@ -465,7 +466,7 @@ void flash_backward(void* dqkv, const void* dout, const void* qkv, const void* o
   const bool taken = cuda::attention_backward_flash_bf16(
       static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout), static_cast<const uint16_t*>(qkv),
       static_cast<const uint16_t*>(out), static_cast<const float*>(lse), B, Tn, C, NH);
-  EXPECT_EQ(taken, C / NH == 64 || C / NH == 128) << "the flash backward's shapes";
+  EXPECT_EQ(taken, C / NH == 32 || C / NH == 64 || C / NH == 128) << "the flash backward's shapes";
   if (!taken) by_gemm_backward<kBF16>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
 }
 // The tables' bf16 attention rounds P and dS where PARATRAIN_CUDA_ATTENTION says flash or

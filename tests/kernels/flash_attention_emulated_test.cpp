@@ -204,6 +204,7 @@ TEST(FlashAttentionEmulated, ForwardAndBackwardFollowADoublePrecisionAttention) 
   check_case<64>(2, 65, 2, 4);   // a full and a partial tile, two batches and heads
   check_case<128>(1, 70, 1, 6);  // head size 128
   check_case<64>(1, 190, 1, 9);  // three tiles: the online softmax rescales twice
+  check_case<32>(2, 80, 2, 11);  // head size 32 (gpt-nano's)
 }
 
 }  // namespace

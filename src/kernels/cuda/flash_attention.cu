@@ -1,6 +1,6 @@
 // The fused causal attention on tensor cores (kernels/cuda/layers.h,
 // attention_{forward,backward}_flash_bf16; the kernels: flash_attention_kernel.cuh). bf16
-// q/k/v, out, dout and dqkv, f32 lse; head sizes 64 and 128, C a multiple of 8, the bf16
+// q/k/v, out, dout and dqkv, f32 lse; head sizes 32, 64 and 128, C a multiple of 8, the bf16
 // buffers the kernels read in 16-byte vectors 16-byte aligned, B * NH up to 65535: anything
 // else is "not handled" (false), for the caller to run another form. The backward's D
 // (B*NH*T f32) comes from the device's caching allocator (stream-ordered).
@@ -48,7 +48,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // The shapes the kernels take (sizes already checked).
 bool handled(int64_t B, int64_t T, int64_t C, int64_t NH) {
   const int64_t hs = C / NH;
-  return (hs == 64 || hs == 128) && C % 8 == 0 && B * NH <= 65535 && (T + flash::kRows - 1) / flash::kRows <= 0x7fffffff;
+  return (hs == 32 || hs == 64 || hs == 128) && C % 8 == 0 && B * NH <= 65535 && (T + flash::kRows - 1) / flash::kRows <= 0x7fffffff;
 }
 
 void check_sizes(int64_t B, int64_t T, int64_t C, int64_t NH, const char* who) {
@@ -94,8 +94,11 @@ bool attention_forward_flash_bf16(uint16_t* out, float* lse, const uint16_t* qkv
   check_sizes(B, T, C, NH, "attention_forward");
   if (!handled(B, T, C, NH) || !aligned16(qkv)) return false;
   if (B == 0 || T == 0) return true;
-  if (C / NH == 64) launch<64>(out, lse, qkv, B, T, C, NH);
-  else launch<128>(out, lse, qkv, B, T, C, NH);
+  switch (C / NH) {
+    case 32: launch<32>(out, lse, qkv, B, T, C, NH); break;
+    case 64: launch<64>(out, lse, qkv, B, T, C, NH); break;
+    default: launch<128>(out, lse, qkv, B, T, C, NH);
+  }
   return true;
 }
 
@@ -104,8 +107,11 @@ bool attention_backward_flash_bf16(uint16_t* dqkv, const uint16_t* dout, const u
   check_sizes(B, T, C, NH, "attention_backward");
   if (!handled(B, T, C, NH) || !aligned16(qkv) || !aligned16(dout) || !lse) return false;
   if (B == 0 || T == 0) return true;
-  if (C / NH == 64) launch_backward<64>(dqkv, dout, qkv, out, lse, B, T, C, NH);
-  else launch_backward<128>(dqkv, dout, qkv, out, lse, B, T, C, NH);
+  switch (C / NH) {
+    case 32: launch_backward<32>(dqkv, dout, qkv, out, lse, B, T, C, NH); break;
+    case 64: launch_backward<64>(dqkv, dout, qkv, out, lse, B, T, C, NH); break;
+    default: launch_backward<128>(dqkv, dout, qkv, out, lse, B, T, C, NH);
+  }
   return true;
 }
 
