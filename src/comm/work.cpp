@@ -21,13 +21,27 @@ const std::string& Work::description() const {
 
 void Work::finish(std::exception_ptr error) {
   if (recorder_) recorder_->finished(record_id_, error);
+  std::vector<std::function<void()>> then;
   {
     std::lock_guard<std::mutex> l(mu_);
     error_ = error;
     finished_at_ = std::chrono::steady_clock::now();
     done_.store(true, std::memory_order_release);
+    then.swap(on_finished_);
   }
   cv_.notify_all();
+  for (auto& f : then) f();
+}
+
+void Work::on_finished(std::function<void()> f) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!is_completed()) {
+      on_finished_.push_back(std::move(f));
+      return;
+    }
+  }
+  f();
 }
 
 void Work::wait(std::chrono::milliseconds timeout) {

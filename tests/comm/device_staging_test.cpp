@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 
@@ -225,8 +226,9 @@ TEST(StagedGroup, WorksNobodyWaitsForComplete) {
   });
 }
 
-// The host call's failure is the staged Work's: a recv whose sender never sends fails at the
-// deadline with the host backend's TimeoutError, naming the call; the GPU buffer is untouched.
+// The host call's failure is the staged Work's: a recv whose sender leaves the group without
+// sending fails with the host backend's error naming the call and the rank; the GPU buffer
+// is untouched.
 TEST(StagedGroup, AHostCallsFailureIsTheStagedWorks) {
   on_staged_ranks(
       2, "shm",
@@ -248,4 +250,96 @@ TEST(StagedGroup, AHostCallsFailureIsTheStagedWorks) {
         }
       },
       /*timeout_s=*/1.5);
+}
+
+// wait(timeout) on a staged Work keeps its timeout (the host call's deadline is 30 s): a recv
+// whose message has not come fails the wait with the TimeoutError of the wait itself, and the
+// same Work, waited for again once the message is sent, brings the data.
+TEST(StagedGroup, WaitWithATimeoutKeepsItsTimeout) {
+  std::atomic<bool> timed_out{false};
+  on_staged_ranks(2, "shm", [&](ProcessGroup& pg, FakeGpu& gpu) {
+    const size_t count = 100;
+    if (pg.rank() == 0) {
+      void* buf = gpu.alloc(count * 4);
+      auto w = pg.recv(buf, count, DType::F32, 1, 4);
+      try {
+        w->wait(std::chrono::milliseconds(200));
+        ADD_FAILURE() << "the recv completed before anything was sent";
+      } catch (const TimeoutError& e) {
+        EXPECT_NE(std::string(e.what()).find("did not complete within 200 ms"), std::string::npos) << e.what();
+      }
+      timed_out = true;
+      w->wait();
+      Report rep;
+      check(gpu.download(buf, count * 4), count, [&](size_t i) { return value(1, i, 0); }, "recv", rep);
+      EXPECT_EQ(rep.wrong, 0u) << rep.first;
+    } else {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!timed_out && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      void* buf = gpu.upload(values(1, count, 0));
+      pg.send(buf, count, DType::F32, 0, 4)->wait();
+    }
+  });
+}
+
+// Calls made one after another without waiting see each other's results, as nccl's stream
+// order gives: a send of what an allreduce just wrote sends the sum, and a second allreduce
+// of the same buffer sums the first one's result.
+TEST(StagedGroup, LaterCallsSeeWhatEarlierCollectivesWrote) {
+  on_staged_ranks(2, "shm", [&](ProcessGroup& pg, FakeGpu& gpu) {
+    const int r = pg.rank();
+    const size_t count = 3000, bytes = count * 4;
+    Report rep;
+    void* x = gpu.upload(values(r, count, 0));
+    void* got = gpu.alloc(bytes);
+    auto summed = pg.allreduce(x, count, DType::F32);
+    auto sent = pg.send(x, count, DType::F32, 1 - r, 2);
+    auto received = pg.recv(got, count, DType::F32, 1 - r, 2);
+    received->wait();
+    sent->wait();
+    summed->wait();
+    const auto sum = [&](size_t i) { return combine_all(ReduceOp::kSum, 2, i, DType::F32); };
+    check(gpu.download(got, bytes), count, sum, "send after allreduce", rep);
+
+    void* y = gpu.upload(values(r, count, 0));
+    auto first = pg.allreduce(y, count, DType::F32);
+    auto second = pg.allreduce(y, count, DType::F32);
+    second->wait();
+    first->wait();
+    check(gpu.download(y, bytes), count, [&](size_t i) { return 2 * sum(i); }, "allreduce twice", rep);
+    EXPECT_EQ(rep.wrong, 0u) << "rank " << r << ": " << rep.first;
+  });
+}
+
+// Destroying the staged group completes the Works nobody waited for (their results copied
+// up); a sub-group is staged too.
+TEST(StagedGroup, DestroyingTheGroupCompletesItsWorksAndSubGroupsAreStaged) {
+  ProcessGroupOptions o;
+  o.backend = "shm";
+  o.timeout_s = 30;
+  auto errors = run_thread_ranks(3, o, [&](int r, std::shared_ptr<ProcessGroup>& host_pg) {
+    FakeGpu gpu(8 << 20);
+    auto pg = stage_device_buffers(host_pg, gpu.memory());
+    const size_t count = 4000;
+    Report rep;
+    void* x = gpu.upload(values(r, count, 0));
+    auto w = pg->allreduce(x, count, DType::F32);
+    auto sub = pg->new_group({0, 2});
+    if (r == 1) {
+      EXPECT_EQ(sub, nullptr);
+    } else {
+      void* z = gpu.upload(values(r, count, 1));
+      sub->allreduce(z, count, DType::F32)->wait();
+      check(gpu.download(z, count * 4), count, [&](size_t i) { return value(0, i, 1) + value(2, i, 1); },
+            "sub-group allreduce", rep);
+    }
+    sub.reset();
+    pg.reset();
+    EXPECT_TRUE(w->is_completed()) << "rank " << r;
+    check(gpu.download(x, count * 4), count, [&](size_t i) { return combine_all(ReduceOp::kSum, 3, i, DType::F32); },
+          "allreduce completed by the destructor", rep);
+    EXPECT_EQ(rep.wrong, 0u) << "rank " << r << ": " << rep.first;
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }

@@ -3,6 +3,7 @@
 // queued just before the call and not waited for (the staging must wait for it), and every
 // result is read by later work on the compute stream. The staging's logic is also checked on
 // every machine with a stand-in for GPU memory (tests/comm/device_staging_test.cpp).
+#include <chrono>
 #include <mutex>
 #include <thread>
 
@@ -70,6 +71,17 @@ TEST(StagedGroupOnGpu, TwoRanksShareOneGpuOverShm) {
         sent->wait();
         fail(all_equal(got, 10 * other, "send/recv" + at));
       }
+      // A recv nobody waits for: the group's background thread copies it up (from a thread of
+      // its own, on the compute stream) and the Work says it has completed.
+      const int64_t n = 4096;
+      Tensor got = Tensor::full({n}, -1.0, DType::F32, dev), s = Tensor::full({n}, 7 * mine, DType::F32, dev);
+      auto received = pg->recv(got.data_ptr(), n, DType::F32, 1 - r, 6);
+      pg->send(s.data_ptr(), n, DType::F32, 1 - r, 6)->wait();
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!received->is_completed() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (!received->is_completed()) throw std::runtime_error("a recv nobody waits for did not complete in 30 s");
+      fail(all_equal(got, 7 * other, "a recv nobody waits for"));
       pg->barrier()->wait();
     } catch (const std::exception& e) {
       fail(e.what());

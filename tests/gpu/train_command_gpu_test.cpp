@@ -89,6 +89,15 @@ std::string two_ranks_on_gpus() {
   return cuda::device_count() >= 2 ? " --device cuda" : " --device cuda:0 --backend shm";
 }
 
+// Skips a test of two ranks where they would share one GPU that takes one process only.
+#define PT_REQUIRE_TWO_RANKS()                                                                             \
+  do {                                                                                                     \
+    int mode = cudaComputeModeDefault;                                                                     \
+    PT_CUDA_CHECK(cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, 0));                               \
+    if (cuda::device_count() < 2 && mode != cudaComputeModeDefault)                                        \
+      GTEST_SKIP() << "two ranks would share cuda:0, whose compute mode (" << mode << ") takes one process"; \
+  } while (0)
+
 // A GPU run's losses and gradient norms within `rel` (relative) of the CPU run's, step by step.
 void expect_follows(const std::vector<nlohmann::json>& gpu, const std::vector<nlohmann::json>& cpu, size_t steps,
                     double rel) {
@@ -206,6 +215,7 @@ TEST_F(TrainCommandOnGpu, CnnFollowsTheCpuRun) {
 // with --sequence-parallel (without dropout: a GPU draws other masks than the CPU).
 TEST_F(TrainCommandOnGpu, TensorParallelOnTwoRanksFollowsTheCpu) {
   PT_REQUIRE_GPU();
+  PT_REQUIRE_TWO_RANKS();
   const std::string launch = "launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) +
                              " train --model gpt-nano --data " + path("tokens.bin") +
                              " --steps 6 --micro-batch 4 --grad-accum 2 --lr 1e-3 --grad-clip 1.0 --seed 3 --quiet --tp 2";
@@ -230,6 +240,7 @@ TEST_F(TrainCommandOnGpu, TensorParallelOnTwoRanksFollowsTheCpu) {
 // the CPU run's size: every tensor, with its shape, is there.
 TEST_F(TrainCommandOnGpu, PipelineOnTwoRanksFollowsTheCpu) {
   PT_REQUIRE_GPU();
+  PT_REQUIRE_TWO_RANKS();
   const std::string launch = "launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) +
                              " train --model gpt-nano --data " + path("tokens.bin") +
                              " --steps 6 --micro-batch 4 --grad-accum 4 --lr 1e-3 --grad-clip 1.0 --seed 3 --quiet --pp 2";
@@ -250,6 +261,7 @@ TEST_F(TrainCommandOnGpu, PipelineOnTwoRanksFollowsTheCpu) {
 // the batch as micro-batches: the same global batch, so the same losses up to summation order.
 TEST_F(TrainCommandOnGpu, DdpOnTwoRanksMatchesOneGpu) {
   PT_REQUIRE_GPU();
+  PT_REQUIRE_TWO_RANKS();
   const std::string one = "train --model gpt-nano --data " + path("tokens.bin") +
                           " --steps 6 --micro-batch 4 --grad-accum 2 --seed 3 --quiet --device cuda";
   const auto single = losses(train(one, "one.jsonl"));
@@ -275,6 +287,7 @@ TEST_F(TrainCommandOnGpu, DdpOnTwoRanksMatchesOneGpu) {
 // two CPU ranks do against one CPU process (AdamW: bit-identity leaves no noise to amplify).
 TEST_F(TrainCommandOnGpu, DeterministicTwoRanksAreBitIdenticalToOneAccumulating) {
   PT_REQUIRE_GPU();
+  PT_REQUIRE_TWO_RANKS();
   const std::string args = " train --model gpt-nano --data " + path("tokens.bin") +
                            " --steps 5 --micro-batch 4 --lr 1e-3 --grad-clip 1.0 --seed 3 --quiet"
                            " --deterministic --save-final ";
@@ -299,6 +312,7 @@ TEST_F(TrainCommandOnGpu, DeterministicTwoRanksAreBitIdenticalToOneAccumulating)
 // the step's loss read-back moves most of each micro-step's 8 sequences to rank 0.
 TEST_F(TrainCommandOnGpu, PowerSgdAndBalanceAutoOnTwoRanks) {
   PT_REQUIRE_GPU();
+  PT_REQUIRE_TWO_RANKS();
   auto two = [&](int steps) {
     return "launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) + " train --model gpt-nano --data " +
            path("tokens.bin") + " --steps " + std::to_string(steps) +
@@ -334,6 +348,7 @@ TEST_F(TrainCommandOnGpu, ZeroThreeMatchesPlainDataParallel) {
   const auto zero3 = losses(train(base(6) + " --device cuda --zero 3", "zero3.jsonl"));
   ASSERT_EQ(zero3.size(), plain.size());
   for (size_t s = 0; s < plain.size(); ++s) EXPECT_NEAR(zero3[s], plain[s], 1e-4 * plain[s]) << "step " << s + 1;
+  PT_REQUIRE_TWO_RANKS();
   const std::string two = "launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) +
                           " train --model gpt-nano --data " + path("tokens.bin") +
                           " --steps 6 --micro-batch 4 --lr 1e-3 --grad-clip 1.0 --seed 3 --quiet --zero 3" +

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace paratrain::comm {
 
@@ -64,6 +65,10 @@ class Work {
   void finish(std::exception_ptr error = nullptr);
   // Called by wait() before blocking: lets the backend run queued work on this thread.
   void set_helper(std::function<void(Work*)> helper) { helper_ = std::move(helper); }
+  // Runs `f` once the Work has finished: at once on this thread if it has, else on the thread
+  // that finishes it, right after (so `f` must be short and must not wait: it runs on a
+  // backend's progress thread). For layers over a backend (comm/device_staging.h).
+  void on_finished(std::function<void()> f);
   // finish() tells `recorder` (flight_recorder.h) that call `id` completed or failed. Set
   // before the Work is handed out; the recorder outlives the Work.
   void set_record(FlightRecorder* recorder, uint64_t id) {
@@ -83,6 +88,7 @@ class Work {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::function<void(Work*)> helper_;
+  std::vector<std::function<void()>> on_finished_;  // mu_
   FlightRecorder* recorder_ = nullptr;
   uint64_t record_id_ = 0;
 };

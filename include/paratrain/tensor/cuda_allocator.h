@@ -28,8 +28,10 @@ namespace paratrain::cuda {
 
 // The allocator of GPU d (-1: the current device); InputError when there is no such GPU.
 Allocator& device_allocator(int d = -1);
-// The GPU whose memory `p` is (device_allocator()'s or any other cudaMalloc of this process);
-// -1 for host memory, and -1 without asking the driver before gpu_in_use() (tensor/cuda.h).
+// The GPU whose device memory `p` is (device_allocator()'s or another cudaMalloc of this
+// process); -1 for host and managed memory. Always -1, without asking the driver, until
+// gpu_in_use() (tensor/cuda.h): memory cudaMalloc'ed before paratrain used a GPU (set_device,
+// a stream, an allocator) is not recognised.
 int device_of(const void* p);
 // The block holding `p` (from device_allocator()) is also used by stream `s`: when it is
 // freed, it is reused only after the work queued on `s` at that time.
