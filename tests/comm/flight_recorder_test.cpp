@@ -281,4 +281,25 @@ TEST(Work, WaitWithATimeoutNamesALazilyDescribedOperation) {
   w.wait(std::chrono::milliseconds(20));
 }
 
+// on_finished: a callback added before finish() runs once, on the finishing thread, after the
+// Work is complete; one added after runs at once on the adding thread.
+TEST(Work, OnFinishedRunsOnceWhenTheWorkFinishes) {
+  Work w(std::string("recv #1"));
+  int runs = 0;
+  bool complete_when_run = false;
+  std::thread::id ran_on;
+  w.on_finished([&] { ++runs, complete_when_run = w.is_completed(), ran_on = std::this_thread::get_id(); });
+  EXPECT_EQ(runs, 0);
+  std::thread finisher([&] { w.finish(); });
+  const std::thread::id finisher_id = finisher.get_id();
+  finisher.join();
+  EXPECT_EQ(runs, 1);
+  EXPECT_TRUE(complete_when_run);
+  EXPECT_EQ(ran_on, finisher_id);
+  int late = 0;
+  w.on_finished([&] { ++late; });
+  EXPECT_EQ(late, 1);
+  EXPECT_EQ(runs, 1);
+}
+
 }  // namespace
