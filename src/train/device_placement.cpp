@@ -17,7 +17,8 @@ DeviceSpec place_training(const TrainConfig& cfg, const comm::JobEnv& job) {
     if (d.index >= count)
       PT_THROW(InputError, "--device ", cfg.device, ": local rank ", job.local_rank, " trains on cuda:", job.local_rank,
                " but this node has ", count, count == 1 ? " GPU" : " GPUs",
-               " (start one rank per GPU: paratrain launch --nproc-per-node auto)");
+               " (start one rank per GPU: paratrain launch --nproc-per-node auto; or share one GPU: "
+               "--device cuda:0 --backend shm)");
   } else if (d.index >= count) {
     PT_THROW(InputError, "--device ", cfg.device, ": this node has ", count, count == 1 ? " GPU" : " GPUs",
              " (cuda:0 to cuda:", count - 1, ")");

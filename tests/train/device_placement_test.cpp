@@ -68,6 +68,7 @@ TEST(DevicePlacement, ARankTakesTheGpuOfItsLocalRank) {
     EXPECT_NE(why.find("local rank 3 trains on cuda:3 but this node has " + std::to_string(gpus)), std::string::npos)
         << why;
     EXPECT_NE(why.find("--nproc-per-node auto"), std::string::npos) << why;
+    EXPECT_NE(why.find("--device cuda:0 --backend shm"), std::string::npos) << why;
   }
   c.device = "cuda:" + std::to_string(gpus);  // one past the last
   EXPECT_NE(refusal([&] { place_training(c, job); }).find("this node has " + std::to_string(gpus)), std::string::npos);
