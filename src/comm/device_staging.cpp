@@ -13,11 +13,7 @@
 namespace paratrain::comm {
 
 DeviceMemory cuda_device_memory() {
-  DeviceMemory m;
-  if (!cuda::built()) {
-    m.holds = [](const void*) { return false; };
-    return m;
-  }
+  DeviceMemory m;  // without CUDA, device_of() is -1 for everything: nothing is staged
   m.holds = [](const void* p) { return cuda::device_of(p) >= 0; };
   m.to_host = [](void* host, const void* gpu, size_t n) { cuda::copy_to_host(host, gpu, n); };
   m.to_device = [](void* gpu, const void* host, size_t n) { cuda::copy_to_gpu(gpu, host, n); };
@@ -36,9 +32,9 @@ bool overlap(const void* a, size_t na, const void* b, size_t nb) {
   return na > 0 && nb > 0 && x < y + nb && y < x + na;
 }
 
-void wait_quietly(const WorkPtr& w) {
+void wait_quietly(Work& w) {
   try {
-    w->wait();
+    w.wait();
   } catch (...) {  // the Work's owner sees it
   }
 }
@@ -61,7 +57,6 @@ class StagedWork final : public Work {
   }
 
   bool host_call_done() const { return host_call_->is_completed(); }
-  const WorkPtr& host_call() const { return host_call_; }
   // A collective (not a recv) writing GPU memory that overlaps [p, p + n).
   bool collective_writing(const void* p, size_t n) const { return collective_ && overlap(gpu_out_, out_bytes_, p, n); }
 
@@ -83,8 +78,7 @@ class StagedWork final : public Work {
   // complete(), then waits until the Work has finished (another thread may be completing it).
   void settle() {
     complete();
-    wait_quietly(host_call_);
-    while (!is_completed()) std::this_thread::yield();  // another thread is copying the result up
+    wait_quietly(*this);
   }
 
  private:
@@ -138,7 +132,7 @@ class StagedProcessGroup final : public ProcessGroup {
     state_->cv.notify_all();
     if (finisher_.joinable()) finisher_.join();
     for (auto& w : state_->staged) w->settle();
-    for (auto& p : state_->parked) wait_quietly(p.host_call);
+    for (auto& p : state_->parked) wait_quietly(*p.host_call);
   }
 
   std::string backend_name() const override { return host_->backend_name(); }
@@ -216,11 +210,8 @@ class StagedProcessGroup final : public ProcessGroup {
     WorkPtr host_call = call(host_in, host_out);
     if (!out_gpu) {  // nothing comes back: the caller gets the host call's Work
       std::lock_guard<std::mutex> l(state_->mu);
-      auto& parked = state_->parked;
-      parked.erase(std::remove_if(parked.begin(), parked.end(),
-                                  [](const StagingState::Parked& p) { return p.host_call->is_completed(); }),
-                   parked.end());
-      parked.push_back({host_call, staging.front()});
+      std::erase_if(state_->parked, [](const StagingState::Parked& p) { return p.host_call->is_completed(); });
+      state_->parked.push_back({host_call, staging.front()});
       return host_call;
     }
     auto w = std::make_shared<StagedWork>(host_call, std::move(staging), out, host_out, out_bytes, collective, memory_);
@@ -245,22 +236,22 @@ class StagedProcessGroup final : public ProcessGroup {
   }
 
   // The background thread: completes the staged Works whose host calls have finished (each
-  // host call pokes the state when it does), whether or not anyone waits for them.
+  // host call pokes the state when it does), whether or not anyone waits for them. A Work
+  // leaves the list only once it has finished, so settle_collectives_writing() always sees
+  // one whose result is not yet on the GPU.
   static void finish_in_background(StagingState& s) {
     std::unique_lock<std::mutex> l(s.mu);
     while (true) {
       s.cv.wait(l, [&] { return s.poked || s.stopping; });
       if (s.stopping) return;
       s.poked = false;
-      std::vector<std::shared_ptr<StagedWork>> ready, pending;
-      for (auto& w : s.staged) {
-        if (w->is_completed()) continue;  // a waiter completed it
-        (w->host_call_done() ? ready : pending).push_back(std::move(w));
-      }
-      s.staged.swap(pending);
+      std::vector<std::shared_ptr<StagedWork>> ready;
+      for (const auto& w : s.staged)
+        if (!w->is_completed() && w->host_call_done()) ready.push_back(w);
       l.unlock();
-      for (auto& w : ready) w->complete();
+      for (const auto& w : ready) w->complete();
       l.lock();
+      std::erase_if(s.staged, [](const std::shared_ptr<StagedWork>& w) { return w->is_completed(); });
     }
   }
 
