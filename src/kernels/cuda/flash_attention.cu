@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/layers.h"
@@ -46,6 +47,16 @@ struct FlashSetup {
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The shapes the kernels take (sizes already checked).
+// f(std::integral_constant<int, HS>) for a head size handled() takes.
+template <typename F>
+void with_head_size(int64_t hs, F&& f) {
+  switch (hs) {
+    case 32: return f(std::integral_constant<int, 32>{});
+    case 64: return f(std::integral_constant<int, 64>{});
+    default: return f(std::integral_constant<int, 128>{});
+  }
+}
+
 bool handled(int64_t B, int64_t T, int64_t C, int64_t NH) {
   const int64_t hs = C / NH;
   return (hs == 32 || hs == 64 || hs == 128) && C % 8 == 0 && B * NH <= 65535 && (T + flash::kRows - 1) / flash::kRows <= 0x7fffffff;
@@ -94,11 +105,7 @@ bool attention_forward_flash_bf16(uint16_t* out, float* lse, const uint16_t* qkv
   check_sizes(B, T, C, NH, "attention_forward");
   if (!handled(B, T, C, NH) || !aligned16(qkv)) return false;
   if (B == 0 || T == 0) return true;
-  switch (C / NH) {
-    case 32: launch<32>(out, lse, qkv, B, T, C, NH); break;
-    case 64: launch<64>(out, lse, qkv, B, T, C, NH); break;
-    default: launch<128>(out, lse, qkv, B, T, C, NH);
-  }
+  with_head_size(C / NH, [&](auto hs) { launch<hs()>(out, lse, qkv, B, T, C, NH); });
   return true;
 }
 
@@ -107,11 +114,7 @@ bool attention_backward_flash_bf16(uint16_t* dqkv, const uint16_t* dout, const u
   check_sizes(B, T, C, NH, "attention_backward");
   if (!handled(B, T, C, NH) || !aligned16(qkv) || !aligned16(dout) || !lse) return false;
   if (B == 0 || T == 0) return true;
-  switch (C / NH) {
-    case 32: launch_backward<32>(dqkv, dout, qkv, out, lse, B, T, C, NH); break;
-    case 64: launch_backward<64>(dqkv, dout, qkv, out, lse, B, T, C, NH); break;
-    default: launch_backward<128>(dqkv, dout, qkv, out, lse, B, T, C, NH);
-  }
+  with_head_size(C / NH, [&](auto hs) { launch_backward<hs()>(dqkv, dout, qkv, out, lse, B, T, C, NH); });
   return true;
 }
 
