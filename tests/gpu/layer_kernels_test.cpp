@@ -455,10 +455,11 @@ void by_gemm_backward(void* dqkv, const void* dout, const void* qkv, const void*
 }
 // The flash kernels (bf16), the GEMM attention with f32 products where they do not take the
 // shape (as the tables run them); head sizes 32, 64 and 128 must be taken.
+bool flash_takes(int64_t C, int64_t NH) { return C / NH == 32 || C / NH == 64 || C / NH == 128; }
 void flash_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
   const bool taken = cuda::attention_forward_flash_bf16(static_cast<uint16_t*>(out), static_cast<float*>(lse),
                                                         static_cast<const uint16_t*>(qkv), B, Tn, C, NH);
-  EXPECT_EQ(taken, C / NH == 32 || C / NH == 64 || C / NH == 128) << "the flash forward's shapes";
+  EXPECT_EQ(taken, flash_takes(C, NH)) << "the flash forward's shapes";
   if (!taken) by_gemm_forward<kBF16>(out, lse, qkv, B, Tn, C, NH);
 }
 void flash_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse, int64_t B,
@@ -466,7 +467,7 @@ void flash_backward(void* dqkv, const void* dout, const void* qkv, const void* o
   const bool taken = cuda::attention_backward_flash_bf16(
       static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout), static_cast<const uint16_t*>(qkv),
       static_cast<const uint16_t*>(out), static_cast<const float*>(lse), B, Tn, C, NH);
-  EXPECT_EQ(taken, C / NH == 32 || C / NH == 64 || C / NH == 128) << "the flash backward's shapes";
+  EXPECT_EQ(taken, flash_takes(C, NH)) << "the flash backward's shapes";
   if (!taken) by_gemm_backward<kBF16>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
 }
 // The tables' bf16 attention rounds P and dS where PARATRAIN_CUDA_ATTENTION says flash or
@@ -627,8 +628,7 @@ TEST(CudaLayerKernels, AttentionPartsMatchCpu) {
   for (const PartsCase& pc : kPartsCases) {
     const int64_t B = pc.B, T = pc.T, NH = pc.NH, hs = pc.hs, C = NH * hs, BH = B * NH, r0 = pc.r0, rows = pc.rows,
                   keys = r0 + rows;
-    SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH) +
-                 " hs=" + std::to_string(hs));
+    SCOPED_TRACE(attn_name({B, T, NH, hs}));
     for (int64_t P : {1, 3}) {
       const auto x = uniform(static_cast<size_t>(B * T * P * C), -2, 2, 40);
       std::vector<float> heads(x.size());
