@@ -6,6 +6,7 @@
 
 #include <mutex>
 #include <numeric>
+#include <thread>
 
 #include "comm/backends/nccl/nccl_process_group.h"
 #include "gpu/gpu_test_util.h"
@@ -230,6 +231,38 @@ TEST(NcclProcessGroup, RejectsWhatNcclCannotDo) {
   DeviceBuffer a(4, DType::F32);
   EXPECT_THROW(pg->allreduce(a.get(), 4, DType::U8, ReduceOp::kSum), InputError);
   EXPECT_THROW(pg->broadcast(a.get(), 4, DType::F32, 1), InputError);
+}
+
+// Two ranks on one GPU: NCCL refuses them ("Duplicate GPU detected", invalid usage), and the
+// CommError says that backend shm takes ranks sharing a GPU.
+TEST(NcclProcessGroup, TwoRanksOnOneGpuAreRefusedNamingShm) {
+  PT_REQUIRE_GPU();
+  auto store = std::make_shared<HashStore>();
+  std::mutex mu;
+  std::vector<std::string> messages;
+  auto rank_main = [&](int rank) {
+    std::string m = "no error";
+    try {
+      cuda::set_device(0);
+      ProcessGroupOptions o;
+      o.backend = "nccl";
+      o.timeout_s = 30;
+      create_process_group(store, rank, 2, o);
+    } catch (const CommError& e) {
+      m = e.what();
+    } catch (const std::exception& e) {
+      m = std::string("not a CommError: ") + e.what();
+    }
+    std::lock_guard<std::mutex> l(mu);
+    messages.push_back(m);
+  };
+  std::thread t0(rank_main, 0), t1(rank_main, 1);
+  t0.join();
+  t1.join();
+  for (const auto& m : messages) {
+    EXPECT_NE(m.find("NCCL communicator init (2 ranks, cuda:0) failed"), std::string::npos) << m;
+    EXPECT_NE(m.find("backend shm stages GPU buffers through host memory"), std::string::npos) << m;
+  }
 }
 
 // Two ranks, one thread and one GPU each, against values computed here.
