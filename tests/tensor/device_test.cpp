@@ -46,6 +46,27 @@ TEST(DeviceSpec, NoGpuIsAClearInputError) {
   EXPECT_EQ(cuda::device_of(nullptr), -1);
 }
 
+// Host memory is no GPU's: device_of() says so (without asking a driver before a GPU was
+// used), and the byte copies to and from a GPU refuse it with an InputError naming it.
+TEST(DeviceSpec, ByteCopiesRefuseHostMemoryAsTheGpuSide) {
+  float host[4] = {1, 2, 3, 4}, other[4] = {};
+  EXPECT_EQ(cuda::device_of(host), -1);
+  for (bool down : {true, false}) {
+    try {
+      if (down) cuda::copy_to_host(other, host, sizeof host);
+      else cuda::copy_to_gpu(host, other, sizeof host);
+      FAIL() << "expected InputError";
+    } catch (const InputError& e) {
+      const std::string m = e.what();
+      if (cuda::built())
+        EXPECT_NE(m.find("is not GPU memory of this process"), std::string::npos) << m;
+      else
+        EXPECT_NE(m.find("has no CUDA support"), std::string::npos) << m;
+    }
+  }
+  EXPECT_EQ(other[0], 0.0f);
+}
+
 TEST(CachingAllocatorSource, ReturnsCachedBlocksAndRetriesWhenTheSourceIsOut) {
   // A source with room for two 1 KiB blocks.
   int live = 0, taken = 0, given_back = 0;
