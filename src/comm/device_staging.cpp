@@ -32,13 +32,6 @@ bool overlap(const void* a, size_t na, const void* b, size_t nb) {
   return na > 0 && nb > 0 && x < y + nb && y < x + na;
 }
 
-void wait_quietly(Work& w) {
-  try {
-    w.wait();
-  } catch (...) {  // the Work's owner sees it
-  }
-}
-
 // A call with GPU output: its host call, the staging memory that call uses, and the copy
 // back to the GPU that completes it.
 class StagedWork final : public Work {
@@ -78,7 +71,7 @@ class StagedWork final : public Work {
   // complete(), then waits until the Work has finished (another thread may be completing it).
   void settle() {
     complete();
-    wait_quietly(*this);
+    wait_ignoring_failure();
   }
 
  private:
@@ -132,7 +125,7 @@ class StagedProcessGroup final : public ProcessGroup {
     state_->cv.notify_all();
     if (finisher_.joinable()) finisher_.join();
     for (auto& w : state_->staged) w->settle();
-    for (auto& p : state_->parked) wait_quietly(*p.host_call);
+    for (auto& p : state_->parked) p.host_call->wait_ignoring_failure();
   }
 
   std::string backend_name() const override { return host_->backend_name(); }

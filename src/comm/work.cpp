@@ -44,6 +44,13 @@ void Work::on_finished(std::function<void()> f) {
   f();
 }
 
+void Work::wait_ignoring_failure(std::chrono::milliseconds timeout) noexcept {
+  try {
+    wait(timeout);
+  } catch (...) {  // the Work's owner reports it
+  }
+}
+
 void Work::wait(std::chrono::milliseconds timeout) {
   if (!is_completed() && helper_) helper_(this);
   for (int i = 0; i < 2000 && !is_completed(); ++i) _mm_pause();

@@ -302,4 +302,23 @@ TEST(Work, OnFinishedRunsOnceWhenTheWorkFinishes) {
   EXPECT_EQ(runs, 1);
 }
 
+// wait_ignoring_failure: waits as wait() does (a timeout included) and throws nothing; the
+// failure stays with the Work for its owner.
+TEST(Work, WaitIgnoringFailureWaitsAndKeepsTheFailure) {
+  Work failed(std::string("allreduce #3"));
+  std::thread finisher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    failed.finish(std::make_exception_ptr(CommError("rank 1 left")));
+  });
+  failed.wait_ignoring_failure();
+  EXPECT_TRUE(failed.is_completed());  // it waited for the finish
+  finisher.join();
+  EXPECT_THROW(failed.wait(), CommError);
+  EXPECT_EQ(failed.error_message(), "rank 1 left");
+  Work running(std::string("recv #4"));
+  running.wait_ignoring_failure(std::chrono::milliseconds(10));  // the TimeoutError stays inside
+  EXPECT_FALSE(running.is_completed());
+  running.finish();
+}
+
 }  // namespace

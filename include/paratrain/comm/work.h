@@ -48,6 +48,9 @@ class Work {
   // buffers are host memory and this is wait(timeout). A failure that happens after it
   // returned shows at a later wait() or error() (and fails the group's later calls).
   virtual void wait_on_device(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) { wait(timeout); }
+  // wait(timeout) for a clean-up path whose caller does not report the failure (the Work's
+  // owner does, through wait() or error()): never throws.
+  void wait_ignoring_failure(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) noexcept;
   // The failure, or nullptr (also nullptr while running).
   std::exception_ptr error() const;
   // The failure's message, or "".

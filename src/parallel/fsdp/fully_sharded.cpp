@@ -163,7 +163,7 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
   void release(int u) {
     Unit& un = units[u];
     if (un.state == State::Sharded) return;
-    if (un.gather) wait_quietly(un.gather);  // its buffer must outlive the call
+    if (un.gather) un.gather->wait_ignoring_failure();  // its buffer must outlive the call
     un.gather.reset();
     for (int i : un.params) params[i].param.storage()->rebind(nullptr);
     un.flat = Tensor(), un.flat_half = Tensor(), un.send_half = Tensor();
@@ -309,16 +309,12 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<FullySharde
     un.grad_accum = Tensor();
   }
 
-  static void wait_quietly(const comm::WorkPtr& w) {
-    try {
-      if (w) w->wait();
-    } catch (const std::exception&) {
-    }
-  }
-
   // Waits for everything in flight and returns every unit to Sharded, without gradients.
   void reset() {
-    for (auto& un : units) wait_quietly(un.rs), un.rs.reset();
+    for (auto& un : units) {
+      if (un.rs) un.rs->wait_ignoring_failure();
+      un.rs.reset();
+    }
     rs_in_flight.clear();
     for (int u = 0; u < static_cast<int>(units.size()); ++u) {
       release(u);
