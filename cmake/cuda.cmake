@@ -7,7 +7,9 @@
 # *.cu files compiled by nvcc, *.cpp files that use the CUDA runtime API, compiled by the
 # C++ compiler. They compile and link wherever the toolkit is, with or without a GPU; a
 # program finds the GPUs at run time (paratrain::cuda::device_count()).
-# CMAKE_CUDA_ARCHITECTURES defaults to 90 (H100/H200); pass e.g. -DCMAKE_CUDA_ARCHITECTURES="80;90".
+# CMAKE_CUDA_ARCHITECTURES (or CMake's CUDAARCHS environment variable) picks the GPUs to build
+# for, e.g. -DCMAKE_CUDA_ARCHITECTURES="80;90"; by default those of this machine's GPUs
+# (nvidia-smi), else 90 (H100/H200). sm_75 (Turing) is the oldest paratrain builds for.
 set(PARATRAIN_CUDA auto CACHE STRING "Build the CUDA parts: auto|on|off")
 set_property(CACHE PARATRAIN_CUDA PROPERTY STRINGS auto on off)
 string(TOLOWER "${PARATRAIN_CUDA}" PARATRAIN_CUDA_MODE)
@@ -24,8 +26,13 @@ if(NOT PARATRAIN_CUDA_MODE STREQUAL "off")
   check_language(CUDA)
   set(paratrain_cuda_missing "")
   if(CMAKE_CUDA_COMPILER)
-    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES 90)
+    # The user's (-DCMAKE_CUDA_ARCHITECTURES, or CMake's CUDAARCHS environment variable), else
+    # this machine's GPUs', else 90 (cmake/cuda_archs.cmake).
+    if(DEFINED CMAKE_CUDA_ARCHITECTURES OR DEFINED ENV{CUDAARCHS})
+      set(paratrain_archs_why "as asked")
+    else()
+      include(${CMAKE_CURRENT_LIST_DIR}/cuda_archs.cmake)
+      paratrain_default_cuda_archs(CMAKE_CUDA_ARCHITECTURES paratrain_archs_why)
     endif()
     enable_language(CUDA)
     find_package(CUDAToolkit)
@@ -65,6 +72,11 @@ if(NOT PARATRAIN_CUDA_MODE STREQUAL "off")
     target_compile_definitions(paratrain_cuda_deps INTERFACE PARATRAIN_HAVE_CUDA=1)
     target_link_libraries(paratrain_deps INTERFACE paratrain_cuda_deps)
     message(STATUS "paratrain: building the CUDA parts (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
-      "architectures ${CMAKE_CUDA_ARCHITECTURES}, NCCL ${NCCL_LIBRARY})")
+      "architectures ${CMAKE_CUDA_ARCHITECTURES}: ${paratrain_archs_why}; NCCL ${NCCL_LIBRARY})")
+    # The architectures as text, for the message of a GPU this build has no code for
+    # (src/tensor/cuda/kernel_image.cu).
+    string(REPLACE ";" "," paratrain_archs_text "${CMAKE_CUDA_ARCHITECTURES}")
+    set_source_files_properties(${PROJECT_SOURCE_DIR}/src/tensor/cuda/kernel_image.cu PROPERTIES
+      COMPILE_DEFINITIONS "PARATRAIN_CUDA_ARCHITECTURES=\"${paratrain_archs_text}\"")
   endif()
 endif()

@@ -98,6 +98,16 @@ void require_device(int d) {
     if (device_count() == 0) PT_THROW(InputError, "device cuda:", d, " is not available: ", unavailable_reason());
     PT_THROW(InputError, "device cuda:", d, " is not available: this process sees ", device_count(), " GPU(s)");
   }
+  // Once per device: a GPU this build has no code for fails here, naming the fix, rather than
+  // at its first kernel with "no kernel image is available".
+  struct Checked {
+    std::once_flag once;
+    std::string problem;
+  };
+  static std::vector<Checked> checked(static_cast<size_t>(device_count()));
+  Checked& c = checked[static_cast<size_t>(d)];
+  std::call_once(c.once, [&] { c.problem = kernel_image_problem(d); });
+  if (!c.problem.empty()) throw InputError(c.problem);
   g_gpu_in_use.store(true, std::memory_order_release);
 }
 
@@ -191,6 +201,8 @@ Stream comm_stream(int) { no_cuda(); }
 void synchronize() { no_cuda(); }
 void synchronize(Stream) { no_cuda(); }
 void stream_wait(Stream, Stream) { no_cuda(); }
+std::string built_architectures() { return ""; }
+std::string kernel_image_problem(int) { no_cuda(); }
 void copy_to_host(void*, const void*, size_t) { no_cuda(); }
 void copy_to_gpu(void*, const void*, size_t) { no_cuda(); }
 DeviceProperties properties(int) { no_cuda(); }
@@ -203,5 +215,26 @@ void record_stream(const void*, Stream) { no_cuda(); }
 Allocator& pinned_allocator() { no_cuda(); }
 
 #endif
+
+namespace detail {
+std::string no_kernel_image_message(int d, const std::string& name, int major, int minor, const std::string& built,
+                                    const std::string& cause) {
+  const int sm = major * 10 + minor;
+  const std::string gpu = "cuda:" + std::to_string(d) + " (" + name + ") is compute capability " +
+                          std::to_string(major) + "." + std::to_string(minor);
+  const std::string why = cause.empty() ? "" : " (" + cause + ")";
+  if (sm < 75) return gpu + ", and paratrain's GPU code needs 7.5 (Turing) or newer" + why;
+  // The option that adds this GPU to a list of plain numbers ("80,90" -> "86;80;90"); else this
+  // GPU's alone (a list like "native" cannot be extended).
+  const std::string arch = std::to_string(sm);
+  const bool numbers = !built.empty() && built.find_first_not_of("0123456789,") == std::string::npos;
+  std::string both = arch + ";" + built;
+  std::replace(both.begin(), both.end(), ',', ';');
+  return gpu + ", and this build of paratrain has GPU code for CUDA architectures " + (built.empty() ? "?" : built) +
+         " only" + why + ": rebuild it with -DCMAKE_CUDA_ARCHITECTURES=" +
+         (numbers ? "\"" + both + "\" (or " + arch + " alone)" : arch) +
+         ", or on this machine without that option (a build takes its GPUs' architectures)";
+}
+}  // namespace detail
 
 }  // namespace paratrain::cuda

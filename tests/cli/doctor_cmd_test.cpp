@@ -47,8 +47,8 @@ TEST(DoctorCmd, JsonHoldsTheChecksWithMeasuredValues) {
   for (const char* n : {"cpu.model", "cpu.cores", "cpu.vector", "cpu.threads", "cpu.governor", "memory.available",
                         "memory.limit", "clock.source", "clock.steady", "clock.sync", "blas.library", "blas.gemm",
                         "kernels.dispatch", "kernels.cpu", "comm.backends", "comm.mpi", "comm.shm", "comm.ports",
-                        "comm.host", "cuda.build", "cuda.driver", "cuda.gpus", "cuda.p2p", "cuda.nvlink", "cuda.runtime",
-                        "cuda.nccl", "env.variables", "env.PARATRAIN_THREADS"})
+                        "comm.host", "cuda.build", "cuda.driver", "cuda.gpus", "cuda.arch", "cuda.p2p", "cuda.nvlink",
+                        "cuda.runtime", "cuda.nccl", "env.variables", "env.PARATRAIN_THREADS"})
     EXPECT_TRUE(m.count(n)) << "missing check " << n;
   const std::set<std::string> statuses = {"pass", "warn", "fail", "skip"};
   int fails = 0;

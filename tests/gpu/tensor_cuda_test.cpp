@@ -3,7 +3,9 @@
 // allocator's accounting, reuse, record_stream and out-of-memory message.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <random>
+#include <string>
 
 #include "gpu/gpu_test_util.h"
 #include "paratrain/tensor/cuda_allocator.h"
@@ -28,6 +30,28 @@ std::vector<uint16_t> bits16(const Tensor& t) {
 }
 const DeviceSpec kGpu0{Device::CUDA, 0};
 }  // namespace
+
+// This build's code runs on every GPU here (require_device checks it on a device's first use),
+// and the build's architectures name one this GPU runs: its own, an older one of its major
+// version, or (PTX) any older one.
+TEST(CudaTensor, ThisBuildHasCodeForEveryGpuHere) {
+  PT_REQUIRE_GPU();
+  const std::string built = cuda::built_architectures();
+  for (int d = 0; d < cuda::device_count(); ++d) {
+    EXPECT_EQ(cuda::kernel_image_problem(d), "") << "cuda:" << d;
+    EXPECT_NO_THROW(cuda::require_device(d));
+    const cuda::DeviceProperties p = cuda::properties(d);
+    const int sm = p.sm_major * 10 + p.sm_minor;
+    if (built.find_first_not_of("0123456789,") != std::string::npos) continue;  // "native", "all"
+    bool runs = false;
+    for (size_t i = 0; i < built.size();) {
+      const size_t j = std::min(built.find(',', i), built.size());
+      runs = runs || std::stoi(built.substr(i, j - i)) <= sm;
+      i = j + 1;
+    }
+    EXPECT_TRUE(runs) << "cuda:" << d << " sm_" << sm << " and a build for " << built;
+  }
+}
 
 TEST(CudaTensor, RoundTripsThroughTheGpu) {
   PT_REQUIRE_GPU();

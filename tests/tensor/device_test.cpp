@@ -67,6 +67,39 @@ TEST(DeviceSpec, ByteCopiesRefuseHostMemoryAsTheGpuSide) {
   EXPECT_EQ(other[0], 0.0f);
 }
 
+// A GPU that this build has no code for fails at its first use (require_device) with this
+// text: the GPU, its compute capability, the build's architectures and the option that adds it.
+TEST(KernelImage, MessageNamesTheGpuTheBuildsArchitecturesAndTheOptionThatAddsIt) {
+  auto has = [](const std::string& m, const std::string& part) { return m.find(part) != std::string::npos; };
+  const std::string a100 = cuda::detail::no_kernel_image_message(1, "NVIDIA A100-SXM4-80GB", 8, 0, "90",
+                                                                  "cudaErrorNoKernelImageForDevice: no kernel image");
+  EXPECT_TRUE(has(a100, "cuda:1 (NVIDIA A100-SXM4-80GB) is compute capability 8.0")) << a100;
+  EXPECT_TRUE(has(a100, "has GPU code for CUDA architectures 90 only (cudaErrorNoKernelImageForDevice")) << a100;
+  EXPECT_TRUE(has(a100, "-DCMAKE_CUDA_ARCHITECTURES=\"80;90\" (or 80 alone)")) << a100;
+  // A list extends with ';' (CMake's separator), whatever the build's text used.
+  const std::string l4 = cuda::detail::no_kernel_image_message(0, "NVIDIA L4", 8, 9, "75,90");
+  EXPECT_TRUE(has(l4, "architectures 75,90 only: rebuild")) << l4;
+  EXPECT_TRUE(has(l4, "-DCMAKE_CUDA_ARCHITECTURES=\"89;75;90\"")) << l4;
+  // "native" cannot be extended: the GPU's own architecture alone.
+  const std::string native = cuda::detail::no_kernel_image_message(0, "NVIDIA A10", 8, 6, "native");
+  EXPECT_TRUE(has(native, "-DCMAKE_CUDA_ARCHITECTURES=86, or on this machine")) << native;
+  // Older than Turing: no option helps.
+  const std::string p100 = cuda::detail::no_kernel_image_message(0, "Tesla P100-PCIE-16GB", 6, 0, "90");
+  EXPECT_TRUE(has(p100, "is compute capability 6.0, and paratrain's GPU code needs 7.5 (Turing) or newer")) << p100;
+  EXPECT_FALSE(has(p100, "CMAKE_CUDA_ARCHITECTURES")) << p100;
+}
+
+// The build's architectures reach the program (cmake/cuda.cmake -> kernel_image.cu).
+TEST(KernelImage, BuiltArchitecturesAreTheBuilds) {
+  if (!cuda::built()) {
+    EXPECT_EQ(cuda::built_architectures(), "");
+    return;
+  }
+  const std::string a = cuda::built_architectures();
+  EXPECT_FALSE(a.empty());
+  EXPECT_EQ(a.find(';'), std::string::npos) << a;  // a list reaches the program as "80,90"
+}
+
 TEST(CachingAllocatorSource, ReturnsCachedBlocksAndRetriesWhenTheSourceIsOut) {
   // A source with room for two 1 KiB blocks.
   int live = 0, taken = 0, given_back = 0;

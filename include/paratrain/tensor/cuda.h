@@ -37,8 +37,17 @@ bool built();
 int device_count();
 // Why device_count() is 0 ("this build has no CUDA support", "no CUDA driver: ..."), or "".
 std::string unavailable_reason();
-// Throws InputError naming the device and why it is not there, unless 0 <= d < device_count().
+// Throws InputError naming the device and why it is not there, unless 0 <= d < device_count(),
+// or, on a device's first use, kernel_image_problem(d) when that is not "".
 void require_device(int d);
+
+// The CUDA architectures this build has GPU code for, as CMAKE_CUDA_ARCHITECTURES named them
+// ("90", "80,90", "native"); "" in a build without CUDA.
+std::string built_architectures();
+// "" when this build's GPU code runs on cuda:d (a binary for its architecture, or PTX that the
+// driver compiles for it); else why not and what to rebuild with. Asks the CUDA runtime
+// (without calling require_device).
+std::string kernel_image_problem(int d);
 
 // True once this process has used a GPU through paratrain: require_device() passed (as
 // set_device(), a stream and a device allocator do). Before that no GPU memory of this
@@ -77,5 +86,12 @@ struct DeviceProperties {
   double bf16_peak_tflops = 0;  // dense bf16 tensor-core peak from the datasheet, 0 if unknown
 };
 DeviceProperties properties(int d = -1);
+
+namespace detail {
+// kernel_image_problem()'s text for cuda:d, a `name` of compute capability major.minor that
+// cannot run code built for `built` (built_architectures()); `cause` the CUDA error, if any.
+std::string no_kernel_image_message(int d, const std::string& name, int major, int minor, const std::string& built,
+                                    const std::string& cause = "");
+}  // namespace detail
 
 }  // namespace paratrain::cuda

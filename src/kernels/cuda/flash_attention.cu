@@ -1,8 +1,9 @@
 // The fused causal attention on tensor cores (kernels/cuda/layers.h,
 // attention_{forward,backward}_flash_bf16; the kernels: flash_attention_kernel.cuh). bf16
 // q/k/v, out, dout and dqkv, f32 lse; head sizes 32, 64 and 128, C a multiple of 8, the bf16
-// buffers the kernels read in 16-byte vectors 16-byte aligned, B * NH up to 65535: anything
-// else is "not handled" (false), for the caller to run another form. The backward's D
+// buffers the kernels read in 16-byte vectors 16-byte aligned, B * NH up to 65535, a GPU of
+// compute capability 8.0 or newer: anything else is "not handled" (false), for the caller to
+// run another form. The backward's D
 // (B*NH*T f32) comes from the device's caching allocator (stream-ordered).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -46,6 +47,17 @@ struct FlashSetup {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Whether the current GPU has bf16 tensor cores (compute capability 8.0 or newer), where the
+// kernels have their bodies (flash_attention_kernel.cuh: PT_FLASH_TENSOR_CORES).
+struct Bf16TensorCores {
+  bool present = false;
+  Bf16TensorCores() {
+    int major = 0;
+    PT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ::paratrain::cuda::current_device()));
+    present = major >= 8;
+  }
+};
+
 // The shapes the kernels take (sizes already checked).
 // f(std::integral_constant<int, HS>) for a head size handled() takes.
 template <typename F>
@@ -59,7 +71,8 @@ void with_head_size(int64_t hs, F&& f) {
 
 bool handled(int64_t B, int64_t T, int64_t C, int64_t NH) {
   const int64_t hs = C / NH;
-  return (hs == 32 || hs == 64 || hs == 128) && C % 8 == 0 && B * NH <= 65535 && (T + flash::kRows - 1) / flash::kRows <= 0x7fffffff;
+  return (hs == 32 || hs == 64 || hs == 128) && C % 8 == 0 && B * NH <= 65535 &&
+         (T + flash::kRows - 1) / flash::kRows <= 0x7fffffff && detail::per_device<Bf16TensorCores>().present;
 }
 
 void check_sizes(int64_t B, int64_t T, int64_t C, int64_t NH, const char* who) {

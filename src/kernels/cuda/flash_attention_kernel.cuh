@@ -35,6 +35,16 @@
 // NaN kept) and the wmma namespace.
 #pragma once
 
+// The kernels on tensor cores use bf16 WMMA, which sm_80 (Ampere) brought. Compiled for an older
+// GPU (a build whose CMAKE_CUDA_ARCHITECTURES include 75) their bodies are empty, and
+// flash_attention.cu never launches them on such a GPU (that shape of attention runs another
+// form there). The host and the CPU emulation see the bodies.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define PT_FLASH_TENSOR_CORES 0
+#else
+#define PT_FLASH_TENSOR_CORES 1
+#endif
+
 namespace paratrain::kernels::cuda::flash {
 // Internal linkage: each includer (flash_attention.cu, and the CPU emulation in
 // tests/kernels/flash_attention_emulated_test.cpp) has its own kernels, never the other's.
@@ -114,6 +124,7 @@ template <int HS>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T, int64_t C, int NH,
                          float scale) {
+#if PT_FLASH_TENSOR_CORES
   using L = Layout<HS>;
   extern __shared__ __align__(128) unsigned char smem[];
   auto* Qs = reinterpret_cast<__nv_bfloat16*>(smem + L::kQ);
@@ -210,6 +221,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int d = half; d < HS; d += 2) dst[d] = float_to_bf16_bits(Os[row * L::kLdO + d] * inv);
     if (half == 0 && lse) lse[bh * T + q] = m + logf(l);
   }
+#endif  // PT_FLASH_TENSOR_CORES
 }
 
 // ---- backward ----
@@ -274,9 +286,11 @@ __device__ __forceinline__ void add_tile(uint16_t* dqkv, const float* acc, int l
 // whole kernel, as the A operands of X Y^T (HS / 16 fragments): held in registers for HS = 64,
 // loaded once; for HS = 128 read from shared memory at each use (the keys kernel already uses
 // every register there). init after the tile is in shared memory and the block has synced.
-template <int HS>
+// (E is bf16; as a parameter it makes Frag's completeness a question for instantiation, which
+// only the kernels' bodies do: an sm_75 pass has no bf16 fragments.)
+template <int HS, typename E = __nv_bfloat16>
 struct RowOperand {
-  using Frag = wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major>;
+  using Frag = wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major>;
   static constexpr bool kInRegisters = HS <= 64;
   Frag held[kInRegisters ? HS / 16 : 1];
   const __nv_bfloat16* rows = nullptr;  // the warp's first row
@@ -356,6 +370,7 @@ template <int HS>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_keys_kernel(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const float* lse,
                                const float* D, int64_t B, int64_t T, int64_t C, int NH, float scale) {
+#if PT_FLASH_TENSOR_CORES
   using L = BackwardLayout<HS>;
   extern __shared__ __align__(128) unsigned char smem[];
   auto* Ks = reinterpret_cast<__nv_bfloat16*>(smem + L::kA);
@@ -421,6 +436,7 @@ __global__ void __launch_bounds__(kThreads)
   store_rows<HS>(stage, L::kLdA, dV, warp);
   __syncthreads();
   add_tile<HS>(dqkv, stage, L::kLdA, 1.0f, b, T, C, h, 2, k0);
+#endif  // PT_FLASH_TENSOR_CORES
 }
 
 // A block per (64 queries, batch-head): dQ; the last query tile first (last_tile_first).
@@ -428,6 +444,7 @@ template <int HS>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_queries_kernel(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const float* lse,
                                   const float* D, int64_t B, int64_t T, int64_t C, int NH, float scale) {
+#if PT_FLASH_TENSOR_CORES
   using L = BackwardLayout<HS>;
   extern __shared__ __align__(128) unsigned char smem[];
   auto* Qs = reinterpret_cast<__nv_bfloat16*>(smem + L::kA);
@@ -487,6 +504,7 @@ __global__ void __launch_bounds__(kThreads)
   store_rows<HS>(stage, L::kLdA, dQ, warp);
   __syncthreads();
   add_tile<HS>(dqkv, stage, L::kLdA, scale, b, T, C, h, 0, q0);
+#endif  // PT_FLASH_TENSOR_CORES
 }
 
 }  // namespace

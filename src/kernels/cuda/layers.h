@@ -59,8 +59,8 @@ void attention_backward_bf16(uint16_t* dqkv, const uint16_t* dout, const uint16_
 
 // The fused causal attention forward on tensor cores (flash_attention.cu): bf16 q/k/v and
 // out, f32 lse (may be null), FlashAttention-2's forward with P rounded to bf16 before P V.
-// Head size 32, 64 or 128, C % 8 == 0, qkv 16-byte aligned, B * NH <= 65535; false (nothing
-// run) otherwise.
+// Head size 32, 64 or 128, C % 8 == 0, qkv 16-byte aligned, B * NH <= 65535, a GPU of compute
+// capability 8.0 or newer (bf16 tensor cores); false (nothing run) otherwise.
 bool attention_forward_flash_bf16(uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T, int64_t C,
                                   int64_t NH);
 // Its backward: dqkv += the gradient (bf16, rounded once per element), from dout, qkv, out and

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "monitor/doctor/check_util.h"
+#include "paratrain/tensor/cuda.h"
 
 namespace paratrain::monitor::doctor {
 namespace {
@@ -62,6 +63,36 @@ std::string version_text(int v, int major_div) {  // 12040 -> "12.4"
   return std::to_string(v / major_div) + "." + std::to_string((v % major_div) / 10);
 }
 
+// cuda.arch: whether this build's GPU code runs on each of the n GPUs (cuda::kernel_image_problem;
+// it makes a CUDA context on each).
+void architectures(std::vector<Check>& out, int n) {
+  if (!kBuiltWithCuda || n == 0) {
+    out.push_back(make("cuda.arch", Status::kSkip, kBuiltWithCuda ? "no GPU" : "this build has no CUDA support"));
+    return;
+  }
+  const std::string built = cuda::built_architectures();
+  std::vector<std::string> problems;
+  for (int d = 0; d < n && d < cuda::device_count(); ++d) {
+    std::string p;
+    try {
+      p = cuda::kernel_image_problem(d);
+    } catch (const std::exception& e) {
+      p = "cuda:" + std::to_string(d) + ": " + e.what();
+    }
+    if (!p.empty()) problems.push_back(p);
+  }
+  const nlohmann::json data = {{"built_architectures", built}, {"gpus_without_code", problems.size()}};
+  if (problems.empty())
+    out.push_back(make("cuda.arch", Status::kPass,
+                       "this build's GPU code (CUDA architectures " + built + ") runs on every GPU here", "", data));
+  else
+    out.push_back(make("cuda.arch", Status::kFail,
+                       problems.front() + (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) +
+                                                                     " more GPU(s))"
+                                                                : ""),
+                       "rebuild paratrain for these GPUs (the message names the option)", data));
+}
+
 void cuda(std::vector<Check>& out) {
   out.push_back(make("cuda.build", kBuiltWithCuda ? Status::kPass : Status::kSkip,
                      kBuiltWithCuda ? "this build has CUDA support" : "this build has no CUDA support (CPU kernels only)", "",
@@ -71,7 +102,7 @@ void cuda(std::vector<Check>& out) {
   Lib cu({"libcuda.so.1", "libcuda.so"});
   if (!cu.ok()) {
     const std::string why = "no NVIDIA driver: " + cu.error();
-    for (const char* n : {"cuda.driver", "cuda.gpus", "cuda.p2p", "cuda.nvlink"})
+    for (const char* n : {"cuda.driver", "cuda.gpus", "cuda.arch", "cuda.p2p", "cuda.nvlink"})
       out.push_back(make(n, Status::kSkip, why, "", {{"reason", why}}));
   } else {
     using InitFn = int (*)(unsigned);
@@ -110,7 +141,7 @@ void cuda(std::vector<Check>& out) {
     if (rc != 0) {
       out.push_back(make("cuda.driver", Status::kWarn, "driver (CUDA " + version_text(drv, 1000) + ") present; cuInit: " + err_text(rc),
                          "no usable GPU: check `nvidia-smi`, CUDA_VISIBLE_DEVICES and the device files /dev/nvidia*", dd));
-      for (const char* c : {"cuda.gpus", "cuda.p2p", "cuda.nvlink"})
+      for (const char* c : {"cuda.gpus", "cuda.arch", "cuda.p2p", "cuda.nvlink"})
         out.push_back(make(c, Status::kSkip, "the driver did not initialise"));
     } else {
       out.push_back(make("cuda.driver", Status::kPass, "driver supports CUDA " + version_text(drv, 1000) + ", " +
@@ -147,6 +178,7 @@ void cuda(std::vector<Check>& out) {
                            "this build cannot use these GPUs: build paratrain with CUDA support", gd));
       else
         out.push_back(make("cuda.gpus", Status::kPass, gv, "", gd));
+      architectures(out, n);
 
       // Peer-to-peer between every pair.
       nlohmann::json pairs = nlohmann::json::array();
