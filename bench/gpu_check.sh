@@ -68,7 +68,11 @@ else  # no CTest on the machine: the GPU tests' executable itself
   (cd "$BUILD/tests" && PARATRAIN_COMM_TIMEOUT_S=${PARATRAIN_COMM_TIMEOUT_S:-60} timeout 1200 ./test_gpu \
     > ../gpu_tests.log 2>&1)
 fi || status=1
-tail -25 "$BUILD/gpu_tests.log"
+# The verdict, then the failures and the skipped tests by name, however many there are.
+grep -E '^[0-9]+% tests passed|Total Test time' "$BUILD/gpu_tests.log" || tail -25 "$BUILD/gpu_tests.log"
+sed -n '/The following tests FAILED/,$p' "$BUILD/gpu_tests.log"
+echo "skipped ($(grep -c '(Skipped)' "$BUILD/gpu_tests.log")):"
+grep '(Skipped)' "$BUILD/gpu_tests.log" | head -30
 
 say "kernels: paratrain vs PyTorch (gpt2-124m shapes, cuda:0)"
 "$BUILD/bin/gpu_kernels_bench" > "$BUILD/kernels_paratrain.jsonl" || status=1
