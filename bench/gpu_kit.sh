@@ -7,8 +7,9 @@
 #                                      (-DPARATRAIN_NATIVE=OFF, the CUDA parts on, MPI off;
 #                                      CMAKE_CUDA_ARCHITECTURES from the environment, 90 if
 #                                      unset) and writes KIT (default build/gpu-kit.tar.xz):
-#                                      paratrain, gpu_kernels_bench, tests/test_gpu with its
-#                                      CTest files, and the shared libraries they need besides
+#                                      paratrain, gpu_kernels_bench, example_custom_loop_ddp
+#                                      (a GPU test runs it), tests/test_gpu with its CTest
+#                                      files, and the shared libraries they need besides
 #                                      glibc, libstdc++ and CUDA's (oneDNN, sentencepiece, ...)
 #   bash bench/gpu_kit.sh run [KIT]    there, in a checkout of the same commit: unpacks KIT,
 #                                      puts the checkout at the path the binaries were built
@@ -36,7 +37,7 @@ pack() {
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' RETURN
   mkdir -p "$stage/$BUILD_REL/bin" "$stage/$BUILD_REL/tests" "$stage/$BUILD_REL/kit-lib"
-  cp "$build/bin/paratrain" "$build/bin/gpu_kernels_bench" "$stage/$BUILD_REL/bin/"
+  cp "$build/bin/paratrain" "$build/bin/gpu_kernels_bench" "$build/bin/example_custom_loop_ddp" "$stage/$BUILD_REL/bin/"
   cp "$build/tests/test_gpu" "$build/tests/test_gpu[1]_include.cmake" "$build/tests/test_gpu[1]_tests.cmake" \
     "$stage/$BUILD_REL/tests/"
   # CTest files that name the GPU tests only (the build's own list every test executable).

@@ -1,9 +1,13 @@
 // A data-parallel training program with its own loop: DistributedDataParallel and AdamW
 // used directly, no library training loop. Public headers only.
 //
-//   example_custom_loop_ddp [STEPS]                                   (one process)
-//   paratrain launch --nproc-per-node 2 -- example_custom_loop_ddp [STEPS]
+//   example_custom_loop_ddp [STEPS] [--device cpu|cuda|cuda:N]         (one process)
+//   paratrain launch --nproc-per-node 2 -- example_custom_loop_ddp [STEPS] [--device ...]
 //   mpirun -np 2 example_custom_loop_ddp [STEPS]
+//
+// --device cuda trains on the rank's GPU (cuda:LOCAL_RANK, one per rank) with NCCL between
+// the ranks; cuda:N puts every rank on GPU N, where NCCL refuses to run, so say
+// PARATRAIN_BACKEND=shm (GPU buffers staged through host memory). Default: cpu.
 //
 // The model is a 2-layer MLP (Linear, gelu, Linear) learning a fixed nonlinear function of
 // 8 inputs. Sample i of the data set is drawn from its own generator (seed, i), and rank r
@@ -32,6 +36,7 @@
 #include <paratrain/nn/module.h>
 #include <paratrain/optim/optimizer.h>
 #include <paratrain/parallel/ddp.h>
+#include <paratrain/tensor/cuda.h>
 #include <paratrain/tensor/random.h>
 
 using namespace paratrain;
@@ -99,32 +104,68 @@ void fill_batch(const Shard& s, int step, int micro, Tensor& x, Tensor& y) {
   y = Tensor::from_vector(yb, {kMicroBatch, 1});
 }
 
-int parse_steps(int argc, char** argv) {
-  if (argc > 2) PT_THROW(InputError, "expected at most one argument (STEPS), got ", argc - 1);
-  if (argc < 2) return 30;
+struct Args {
+  int steps = 30;
+  std::string device = "cpu";
+};
+
+int parse_steps(const char* text) {
   errno = 0;
   char* end = nullptr;
-  const long v = std::strtol(argv[1], &end, 10);
-  if (errno != 0 || end == argv[1] || *end != '\0' || v < 1 || v > 1000000)
-    PT_THROW(InputError, "STEPS must be an integer from 1 to 1000000, got '", argv[1], "'");
+  const long v = std::strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < 1 || v > 1000000)
+    PT_THROW(InputError, "STEPS must be an integer from 1 to 1000000, got '", text, "'");
   return static_cast<int>(v);
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  bool have_steps = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--device") {
+      if (i + 1 == argc) PT_THROW(InputError, "--device needs a value (cpu, cuda or cuda:N)");
+      a.device = argv[++i];
+    } else if (!have_steps) {
+      a.steps = parse_steps(argv[i]);
+      have_steps = true;
+    } else {
+      PT_THROW(InputError, "unexpected argument '", arg, "' (usage: [STEPS] [--device cpu|cuda|cuda:N])");
+    }
+  }
+  return a;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    const int steps = parse_steps(argc, argv);
+    const Args args = parse_args(argc, argv);
+    const int steps = args.steps;
+
+    // [guide:gpu]
+    // The device: "cuda" is this rank's GPU, cuda:LOCAL_RANK (one GPU per rank, as `paratrain
+    // launch` and torchrun count them). It becomes the thread's current GPU before anything is
+    // made there, and NCCL connects the ranks unless PARATRAIN_BACKEND names another backend.
+    DeviceSpec device = parse_device(args.device);
+    if (device.kind == Device::CUDA && device.index < 0) device.index = comm::read_job_env().local_rank;
+    comm::ProcessGroupOptions pg_options;
+    if (device.kind == Device::CUDA) {
+      cuda::set_device(device.index);  // InputError naming the GPU when it is not there
+      if (!std::getenv("PARATRAIN_BACKEND")) pg_options.backend = "nccl";
+    }
+    // [/guide:gpu]
 
     // [guide:loop]
     // The ranks: from `paratrain launch` (RANK, WORLD_SIZE, its store), from mpirun (the MPI
     // backend, when paratrain was built with it), or a group of one when started alone.
-    std::shared_ptr<comm::ProcessGroup> pg = comm::create_process_group_from_env();
+    std::shared_ptr<comm::ProcessGroup> pg = comm::create_process_group_from_env(pg_options);
     const int rank = pg->rank(), world = pg->size();
     if (rank == 0) std::printf("world %d backend %s\n", world, pg->backend_name().c_str());
 
     Generator gen(kSeed);
     Mlp model(gen);
+    model.to(device);  // every parameter to the device, before DDP and the optimizer see them
     // Collective: checks every rank has the same parameters and copies rank 0's to all.
     parallel::DdpOptions ddp_opts;
     ddp_opts.first_bucket_bytes = 256;  // tiny buckets, so this small model has several
@@ -137,28 +178,30 @@ int main(int argc, char** argv) {
     optim::AdamW opt(model.named_parameters(), opt_opts);
 
     const Shard shard = make_shard(rank, world);
-    const Tensor seed = Tensor::full({}, ddp.backward_seed(kAccum));  // 1/kAccum
+    const Tensor seed = Tensor::full({}, ddp.backward_seed(kAccum)).to(device);  // 1/kAccum
     Tensor x, y;
     for (int step = 0; step < steps; ++step) {
       ddp.zero_grad();
-      double local_loss = 0;
+      Tensor step_loss;  // the micro-batches' losses, summed where they are (no wait for a GPU)
       for (int micro = 0; micro < kAccum; ++micro) {
         // All but the last micro-batch accumulate locally; the last one's backward launches
         // the buckets' all-reduces as their gradients become ready.
         std::optional<parallel::NoSync> no_sync;
         if (micro < kAccum - 1) no_sync.emplace(ddp.no_sync());
         fill_batch(shard, step, micro, x, y);
+        x = x.to(device), y = y.to(device);
         Tensor diff = ops::sub(model.forward(x), y);
         Tensor loss = ops::mean(ops::mul(diff, diff));
         autograd::backward(loss, seed);
-        local_loss += loss.item() / kAccum;
+        step_loss = micro == 0 ? loss.detach() : ops::add(step_loss, loss.detach());
       }
       ddp.finish();  // every .grad is now the mean gradient over ranks and micro-batches
       optim::clip_grad_norm(opt.params(), 1.0, optim::grad_norm(opt.params()));
       opt.step();
 
-      // The step's loss averaged over ranks (an all-reduce of one float).
-      float mean_loss = static_cast<float>(local_loss);
+      // The step's loss averaged over ranks (an all-reduce of one float; item() is the step's
+      // one wait for the device).
+      float mean_loss = static_cast<float>(step_loss.item() / kAccum);
       pg->allreduce(&mean_loss, 1, DType::F32)->wait();
       mean_loss /= static_cast<float>(world);
       if (rank == 0) std::printf("step %d loss %.9g\n", step, mean_loss);

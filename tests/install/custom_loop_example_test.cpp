@@ -63,10 +63,17 @@ TEST_F(Install, CustomLoopExampleTrainsAloneUnderLaunchAndUnderMpirun) {
   expect_trained(launch, 2, "shm");
 
   // Bad arguments are the documented user error, alone and under the launcher.
-  for (const char* bad : {" 0", " ten", " 5 extra"}) {
+  for (const char* bad : {" 0", " ten", " 5 extra", " 5 --device gpu", " 5 --device"}) {
     Cmd r = run(exe + bad, 30);
     EXPECT_EQ(r.rc, 2) << bad << "\n" << r.out;
     EXPECT_NE(r.out.find("error: "), std::string::npos) << r.out;
+  }
+  // --device cuda where no GPU is: the documented user error, naming the GPU (tests/gpu runs
+  // the example on a GPU: ExampleOnGpu).
+  if (!have("nvidia-smi")) {
+    Cmd r = run(exe + " 5 --device cuda", 30);
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_NE(r.out.find("error: device cuda:0 is not available"), std::string::npos) << r.out;
   }
   Cmd bad_launch = run((prefix_ / "bin/paratrain").string() + " launch --nproc-per-node 2 -- " + exe + " -3", 60);
   EXPECT_EQ(bad_launch.rc, 2) << bad_launch.out;
