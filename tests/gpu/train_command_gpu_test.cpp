@@ -244,9 +244,10 @@ TEST_F(TrainCommandOnGpu, PipelineOnTwoRanksFollowsTheCpu) {
   const std::string launch = "launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) +
                              " train --model gpt-nano --data " + path("tokens.bin") +
                              " --steps 6 --micro-batch 4 --grad-accum 4 --lr 1e-3 --grad-clip 1.0 --seed 3 --quiet --pp 2";
-  for (const std::string schedule : {"1f1b", "zb1p", "interleaved"}) {  // interleaved: 2 chunks per GPU
+  for (const std::string schedule : {"1f1b", "zb1p", "interleaved"}) {
     SCOPED_TRACE("--pp 2 --pp-schedule " + schedule);
-    const std::string run = launch + " --pp-schedule " + schedule;
+    // interleaved: 2 chunks per GPU, 4 stages, so 4 blocks (gpt-nano has 2)
+    const std::string run = launch + " --pp-schedule " + schedule + (schedule == "interleaved" ? " --n-layer 4" : "");
     const auto cpu = train(run + " --device cpu --save-final " + path("pp_cpu.safetensors"), "pp_cpu.jsonl");
     const auto gpu = train(run + two_ranks_on_gpus() + " --save-final " + path("pp_gpu.safetensors"), "pp_gpu.jsonl");
     ASSERT_NO_FATAL_FAILURE(expect_follows(gpu, cpu, 6, 1e-3));

@@ -1,6 +1,7 @@
 // `paratrain verify --device cuda` through the binary (gpt-nano, 3 steps): on one GPU every
 // model of the check (the distributed one, the plain copy and the single-process reference)
-// runs on cuda:0 and the run passes; with two GPUs, two ranks over nccl pass (with
+// runs on cuda:0 and the run passes; two ranks (a GPU each over nccl where the machine has two,
+// else both on cuda:0 over shm, which stages the GPU buffers through host memory) pass (with
 // --deterministic bit for bit the single-process run) and a reduction broken on rank 1
 // (PARATRAIN_TEST_BREAK_REDUCTION) fails naming the step and tensor. Skips without a GPU.
 #include <gtest/gtest.h>
@@ -22,9 +23,10 @@ namespace {
 
 class VerifyOnGpu : public test::GpuRunDir {
  protected:
-  std::string args(const std::string& extra) const {
-    return "verify --model gpt-nano --data " + path("tokens.bin") +
-           " --steps 3 --micro-batch 4 --device cuda --json " + path("v.json") + " " + extra;
+  // `device`: the --device (and --backend) flags.
+  std::string args(const std::string& extra, const std::string& device = "--device cuda") const {
+    return "verify --model gpt-nano --data " + path("tokens.bin") + " --steps 3 --micro-batch 4 " + device +
+           " --json " + path("v.json") + " " + extra;
   }
   nlohmann::json report() const {
     std::ifstream in(path("v.json"));
@@ -44,11 +46,16 @@ TEST_F(VerifyOnGpu, OneGpuPasses) {
   for (const auto& t : j["tensors"]) EXPECT_EQ(t["param_abs"].get<double>(), 0.0) << t["name"];
 }
 
-TEST_F(VerifyOnGpu, TwoGpusPassAndABrokenReductionIsNamed) {
+TEST_F(VerifyOnGpu, TwoRanksPassAndABrokenReductionIsNamed) {
   PT_REQUIRE_GPU();
-  if (cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, this machine has " << cuda::device_count();
+  int mode = cudaComputeModeDefault;
+  PT_CUDA_CHECK(cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, 0));
+  const bool two_gpus = cuda::device_count() >= 2;
+  if (!two_gpus && mode != cudaComputeModeDefault)
+    GTEST_SKIP() << "two ranks would share cuda:0, whose compute mode (" << mode << ") takes one process";
+  const std::string device = two_gpus ? "--device cuda" : "--device cuda:0 --backend shm";
   const std::string launch = "launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) + " ";
-  auto ok = test::run_paratrain(launch + args("--deterministic"), 300);
+  auto ok = test::run_paratrain(launch + args("--deterministic", device), 300);
   ASSERT_EQ(ok.rc, 0) << ok.out;
   EXPECT_NE(ok.out.find("verdict: PASS"), std::string::npos) << ok.out;
   auto j = report();
@@ -58,7 +65,7 @@ TEST_F(VerifyOnGpu, TwoGpusPassAndABrokenReductionIsNamed) {
   for (const auto& s : j["per_step"]) EXPECT_TRUE(s["replicas_identical"].get<bool>()) << s;
 
   const auto bad = test::run_shell_line("PARATRAIN_TEST_BREAK_REDUCTION=h.0.mlp.c_fc.weight:2 timeout 300 " +
-                                        std::string(PARATRAIN_BIN) + " " + launch + args("") + " 2>&1");
+                                        std::string(PARATRAIN_BIN) + " " + launch + args("", device) + " 2>&1");
   EXPECT_NE(bad.rc, 0) << bad.out;
   EXPECT_NE(bad.out.find("verdict: FAIL: first divergence at step 2 in tensor h.0.mlp.c_fc.weight"), std::string::npos)
       << bad.out;
