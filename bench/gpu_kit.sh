@@ -16,7 +16,9 @@
 #                                      for (a symbolic link, if it lives elsewhere), finds the
 #                                      CUDA runtime, cuBLAS(Lt) and NCCL (the toolkit's, the
 #                                      system's or PyTorch's nvidia-* wheels) and runs
-#                                      SKIP_BUILD=1 bench/gpu_check.sh on the kit's build.
+#                                      SKIP_BUILD=1 bench/gpu_check.sh on the kit's build;
+#                                      with OUT set (the device tool's folder) it copies the
+#                                      run's logs to $OUT/gpu-check.
 # gpu_check.sh's variables (STEPS, CTEST_J, CTEST_TIMEOUT, ...) pass through `run`.
 # Exits 2 on bad usage or a missing piece, else gpu_check.sh's status.
 set -uo pipefail
@@ -89,7 +91,16 @@ run() {
   done
   missing=$(ldd "$build/bin/paratrain" | awk '/not found/{print $1}')
   [ -z "$missing" ] || die "libraries not found on this machine: $missing"
-  SKIP_BUILD=1 bash "$ROOT/bench/gpu_check.sh" "$build"
+  local rc=0
+  SKIP_BUILD=1 bash "$ROOT/bench/gpu_check.sh" "$build" || rc=$?
+  # Under the device tool, whose reply keeps only the output's tail: every log of the run
+  # (the GPU tests', each training run's, the kernel and metrics tables) comes back in $OUT.
+  if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+    mkdir -p "$OUT/gpu-check"
+    cp "$build"/*.log "$build"/*.jsonl "$OUT/gpu-check/" 2> /dev/null
+    echo "gpu_kit.sh: the run's logs are in \$OUT/gpu-check ($(ls "$OUT/gpu-check" | wc -l) files)"
+  fi
+  return $rc
 }
 
 case $MODE in
