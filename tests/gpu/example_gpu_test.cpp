@@ -71,11 +71,8 @@ TEST(ExampleOnGpu, CustomLoopDdpOnOneGpuFollowsTheCpu) {
 
 TEST(ExampleOnGpu, CustomLoopDdpWithTwoRanksOnGpusFollowsTwoCpuRanks) {
   PT_REQUIRE_GPU();
-  int mode = cudaComputeModeDefault;
-  PT_CUDA_CHECK(cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, 0));
+  PT_REQUIRE_TWO_RANKS();
   const bool two_gpus = cuda::device_count() >= 2;
-  if (!two_gpus && mode != cudaComputeModeDefault)
-    GTEST_SKIP() << "two ranks would share cuda:0, whose compute mode (" << mode << ") takes one process";
   const std::string launch = std::string(PARATRAIN_BIN) + " launch --nproc-per-node 2 -- ";
   const ExampleRun cpu = run_example("", launch, std::to_string(kSteps));
   const ExampleRun gpu = two_gpus ? run_example("", launch, std::to_string(kSteps) + " --device cuda")

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "paratrain/comm/process_group.h"
@@ -22,7 +23,25 @@
     ::paratrain::cuda::set_device(0);                                                 \
   } while (0)
 
+// For a test of two ranks on GPUs (one each where the machine has two, else both on cuda:0):
+// skips where they would share cuda:0 and its compute mode takes one process only.
+#define PT_REQUIRE_TWO_RANKS()                                                                             \
+  do {                                                                                                     \
+    int mode = cudaComputeModeDefault;                                                                     \
+    PT_CUDA_CHECK(cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, 0));                               \
+    if (::paratrain::cuda::device_count() < 2 && mode != cudaComputeModeDefault)                           \
+      GTEST_SKIP() << "two ranks would share cuda:0, whose compute mode (" << mode << ") takes one process"; \
+  } while (0)
+
 namespace paratrain::test {
+
+// The `paratrain` flags that put two ranks on GPUs: a GPU each over nccl where the machine has
+// two, else both on cuda:0 over shm, which stages the GPU buffers through host memory
+// (comm/device_staging.h; NCCL refuses two ranks on one GPU). Either way every tensor of the
+// run is on a GPU.
+inline std::string two_ranks_on_gpus() {
+  return ::paratrain::cuda::device_count() >= 2 ? " --device cuda" : " --device cuda:0 --backend shm";
+}
 
 // A raw device buffer of `bytes` on the current GPU, optionally filled from a host vector;
 // get<V>() waits for the device and copies it back.

@@ -82,21 +82,7 @@ std::vector<double> losses(const std::vector<nlohmann::json>& m) {
   return out;
 }
 
-// Where two ranks train: a GPU each over nccl where the machine has two, else both on cuda:0
-// over shm, which stages the GPU buffers through host memory (comm/device_staging.h; NCCL
-// refuses two ranks on one GPU). Either way every tensor of the run is on a GPU.
-std::string two_ranks_on_gpus() {
-  return cuda::device_count() >= 2 ? " --device cuda" : " --device cuda:0 --backend shm";
-}
-
-// Skips a test of two ranks where they would share one GPU that takes one process only.
-#define PT_REQUIRE_TWO_RANKS()                                                                             \
-  do {                                                                                                     \
-    int mode = cudaComputeModeDefault;                                                                     \
-    PT_CUDA_CHECK(cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, 0));                               \
-    if (cuda::device_count() < 2 && mode != cudaComputeModeDefault)                                        \
-      GTEST_SKIP() << "two ranks would share cuda:0, whose compute mode (" << mode << ") takes one process"; \
-  } while (0)
+using test::two_ranks_on_gpus;
 
 // A GPU run's losses and gradient norms within `rel` (relative) of the CPU run's, step by step.
 void expect_follows(const std::vector<nlohmann::json>& gpu, const std::vector<nlohmann::json>& cpu, size_t steps,

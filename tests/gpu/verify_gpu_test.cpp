@@ -48,12 +48,8 @@ TEST_F(VerifyOnGpu, OneGpuPasses) {
 
 TEST_F(VerifyOnGpu, TwoRanksPassAndABrokenReductionIsNamed) {
   PT_REQUIRE_GPU();
-  int mode = cudaComputeModeDefault;
-  PT_CUDA_CHECK(cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, 0));
-  const bool two_gpus = cuda::device_count() >= 2;
-  if (!two_gpus && mode != cudaComputeModeDefault)
-    GTEST_SKIP() << "two ranks would share cuda:0, whose compute mode (" << mode << ") takes one process";
-  const std::string device = two_gpus ? "--device cuda" : "--device cuda:0 --backend shm";
+  PT_REQUIRE_TWO_RANKS();
+  const std::string device = test::two_ranks_on_gpus();
   const std::string launch = "launch --nproc-per-node 2 -- " + std::string(PARATRAIN_BIN) + " ";
   auto ok = test::run_paratrain(launch + args("--deterministic", device), 300);
   ASSERT_EQ(ok.rc, 0) << ok.out;
