@@ -145,8 +145,12 @@ TEST_F(PipelineTrain, EvaluationMixedPrecisionAndTimeBalancedStagesMatchOneProce
     train(0, nano(4, 4, extra + out("one_" + precision)));
     Result r = launch(2, nano(4, 4, extra + " --pp 2 --pp-balance time" + out("pp_" + precision)), 120);
     ASSERT_TRUE(r.ok()) << r.output;
-    EXPECT_NE(r.output.find("2 stages, blocks 0-"), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find("(cut by measured time)"), std::string::npos) << r.output;
+    // Where the cut falls follows the measured block times, which a loaded machine moves (a
+    // run here cut "0 | 1-3"): any cut of the 4 blocks into 2 contiguous stages, by time.
+    const bool two_stages = r.output.find("2 stages, blocks 0 | 1-3 (cut by measured time)") != std::string::npos ||
+                            r.output.find("2 stages, blocks 0-1 | 2-3 (cut by measured time)") != std::string::npos ||
+                            r.output.find("2 stages, blocks 0-2 | 3 (cut by measured time)") != std::string::npos;
+    EXPECT_TRUE(two_stages) << r.output;
     // Every line, the evaluations included: the same losses, norms, loss scale and skips.
     std::vector<nlohmann::json> a, b;
     for (auto* v : {&a, &b}) {
