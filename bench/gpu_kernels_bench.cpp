@@ -44,6 +44,22 @@ Tensor random_on_gpu(const Shape& shape, DType dtype, uint32_t seed, float scale
   return Tensor::from_vector(v, shape).to(dtype).to(DeviceSpec{kGpu, 0});
 }
 
+// The flash kernels in the attention tables' signatures; a shape they do not take is an error.
+template <DType D>
+void flash_forward(void* o, void* l, const void* x, int64_t b, int64_t t, int64_t c, int64_t nh) {
+  if (!kernels::cuda::attention_forward_flash(D, static_cast<uint16_t*>(o), static_cast<float*>(l),
+                                              static_cast<const uint16_t*>(x), b, t, c, nh))
+    throw std::runtime_error("the flash forward does not take this shape on this GPU");
+}
+template <DType D>
+void flash_backward(void* d, const void* g, const void* x, const void* o, const void* l, int64_t b, int64_t t,
+                    int64_t c, int64_t nh) {
+  if (!kernels::cuda::attention_backward_flash(D, static_cast<uint16_t*>(d), static_cast<const uint16_t*>(g),
+                                               static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(o),
+                                               static_cast<const float*>(l), b, t, c, nh))
+    throw std::runtime_error("the flash backward does not take this shape on this GPU");
+}
+
 // Median milliseconds of one call of f.
 double time_ms(const std::function<void()>& f, int iters, int reps) {
   cudaStream_t s = static_cast<cudaStream_t>(cuda::compute_stream());
@@ -141,7 +157,7 @@ int main(int argc, char** argv) {
         gelu(out.data_ptr(), pre.data_ptr(), BT * 4 * C);
       }, iters, reps), flops);
     }
-    for (DType dt : {DType::BF16, DType::F32}) {
+    for (DType dt : {DType::BF16, DType::F16, DType::F32}) {
       // Causal attention: 4*B*NH*T*T*hs flops forward (QK^T and PV, halved for the mask)
       // and 2.5x that backward, as FlashAttention counts them.
       Tensor qkv = random_on_gpu({B, T, 3 * C}, dt, 3);
@@ -156,12 +172,13 @@ int main(int argc, char** argv) {
       using Fwd = decltype(reg.attention_forward.at(kGpu, dt));
       using Bwd = decltype(reg.attention_backward.at(kGpu, dt));
       std::vector<std::pair<std::string, std::pair<Fwd, Bwd>>> impls = {
-          {"", {reg.attention_forward.at(kGpu, dt), reg.attention_backward.at(kGpu, dt)}},
-          {" (tiles)",
-           {bf16 ? kernels::erase<&kernels::cuda::attention_forward_bf16>
-                 : kernels::erase<&kernels::cuda::attention_forward>,
-            bf16 ? kernels::erase<&kernels::cuda::attention_backward_bf16>
-                 : kernels::erase<&kernels::cuda::attention_backward>}}};
+          {"", {reg.attention_forward.at(kGpu, dt), reg.attention_backward.at(kGpu, dt)}}};
+      if (dt != DType::F16)  // the tiles are f32 and bf16
+        impls.push_back({" (tiles)",
+                         {bf16 ? kernels::erase<&kernels::cuda::attention_forward_bf16>
+                               : kernels::erase<&kernels::cuda::attention_forward>,
+                          bf16 ? kernels::erase<&kernels::cuda::attention_backward_bf16>
+                               : kernels::erase<&kernels::cuda::attention_backward>}});
       if (bf16) {
         impls.push_back({" (gemm, bf16 products)",
                          {[](void* o, void* l, const void* x, int64_t b, int64_t t, int64_t c, int64_t nh) {
@@ -172,23 +189,10 @@ int main(int argc, char** argv) {
                             kernels::attention_by_gemm_backward<Device::CUDA, DType::BF16>(d, g, x, o, l, b, t, c, nh, 0,
                                                                                          true);
                           }}});
-        // The flash kernels (kernels/cuda/layers.h); gpt2-124m's head size 64 is theirs.
-        impls.push_back({" (flash)",
-                         {[](void* o, void* l, const void* x, int64_t b, int64_t t, int64_t c, int64_t nh) {
-                            if (!kernels::cuda::attention_forward_flash_bf16(static_cast<uint16_t*>(o),
-                                                                             static_cast<float*>(l),
-                                                                             static_cast<const uint16_t*>(x), b, t, c, nh))
-                              throw std::runtime_error("the flash forward does not take this shape");
-                          },
-                          [](void* d, const void* g, const void* x, const void* o, const void* l, int64_t b, int64_t t,
-                             int64_t c, int64_t nh) {
-                            if (!kernels::cuda::attention_backward_flash_bf16(
-                                    static_cast<uint16_t*>(d), static_cast<const uint16_t*>(g),
-                                    static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(o),
-                                    static_cast<const float*>(l), b, t, c, nh))
-                              throw std::runtime_error("the flash backward does not take this shape");
-                          }}});
       }
+      // The flash kernels (kernels/cuda/layers.h); gpt2-124m's head size 64 is theirs.
+      if (bf16) impls.push_back({" (flash)", {&flash_forward<DType::BF16>, &flash_backward<DType::BF16>}});
+      if (dt == DType::F16) impls.push_back({" (flash)", {&flash_forward<DType::F16>, &flash_backward<DType::F16>}});
       for (const auto& [suffix, fns] : impls) {
         const auto fwd = fns.first;
         const auto bwd = fns.second;

@@ -58,7 +58,7 @@ def main():
         report("c_fc+gelu fwd", name, time_ms(lambda: F.gelu(F.linear(x, w, bias), approximate="tanh")),
                2.0 * BT * 4 * C * C)
     sdpa = getattr(F, "scaled_dot_product_attention", None)
-    for dt, name in ((torch.bfloat16, "bf16"), (torch.float32, "f32")):
+    for dt, name in ((torch.bfloat16, "bf16"), (torch.float16, "f16"), (torch.float32, "f32")):
         if sdpa is None:
             break
         q, k, v = (torch.randn(B, NH, T, C // NH, device="cuda", dtype=dt, requires_grad=True) for _ in range(3))

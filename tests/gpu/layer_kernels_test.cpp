@@ -22,6 +22,7 @@
 
 #include "gpu/gpu_test_util.h"
 #include "paratrain/base/env.h"
+#include "paratrain/base/error.h"
 #include "kernels/cuda/layers.h"
 #include "paratrain/kernels/attention_by_gemm.h"
 #include "paratrain/kernels/cpu/attention.h"
@@ -453,22 +454,30 @@ void by_gemm_backward(void* dqkv, const void* dout, const void* qkv, const void*
                       int64_t Tn, int64_t C, int64_t NH) {
   attention_by_gemm_backward<Device::CUDA, T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH, 16, Half);
 }
-// The flash kernels (bf16), the GEMM attention with f32 products where they do not take the
-// shape (as the tables run them); head sizes 32, 64 and 128 must be taken.
-bool flash_takes(int64_t C, int64_t NH) { return C / NH == 32 || C / NH == 64 || C / NH == 128; }
-void flash_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
-  const bool taken = cuda::attention_forward_flash_bf16(static_cast<uint16_t*>(out), static_cast<float*>(lse),
-                                                        static_cast<const uint16_t*>(qkv), B, Tn, C, NH);
-  EXPECT_EQ(taken, flash_takes(C, NH)) << "the flash forward's shapes";
-  if (!taken) by_gemm_forward<kBF16>(out, lse, qkv, B, Tn, C, NH);
+// The flash kernels (bf16 or f16), the GEMM attention with f32 products where they do not take
+// the shape (as the tables run them); head sizes 32, 64 and 128 must be taken where the GPU's
+// blocks may have the shared memory they need (all three from Ampere on; Turing: 32 and 64).
+bool flash_takes(int64_t C, int64_t NH) {
+  const int64_t bytes = cuda::flash_attention_shared_bytes(C / NH);
+  int optin = 0;
+  PT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+  return bytes > 0 && bytes <= optin;
 }
+template <DType D = kBF16>
+void flash_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+  const bool taken = cuda::attention_forward_flash(D, static_cast<uint16_t*>(out), static_cast<float*>(lse),
+                                                   static_cast<const uint16_t*>(qkv), B, Tn, C, NH);
+  EXPECT_EQ(taken, flash_takes(C, NH)) << "the flash forward's shapes";
+  if (!taken) by_gemm_forward<D>(out, lse, qkv, B, Tn, C, NH);
+}
+template <DType D = kBF16>
 void flash_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse, int64_t B,
                     int64_t Tn, int64_t C, int64_t NH) {
-  const bool taken = cuda::attention_backward_flash_bf16(
-      static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout), static_cast<const uint16_t*>(qkv),
+  const bool taken = cuda::attention_backward_flash(
+      D, static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout), static_cast<const uint16_t*>(qkv),
       static_cast<const uint16_t*>(out), static_cast<const float*>(lse), B, Tn, C, NH);
   EXPECT_EQ(taken, flash_takes(C, NH)) << "the flash backward's shapes";
-  if (!taken) by_gemm_backward<kBF16>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
+  if (!taken) by_gemm_backward<D>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
 }
 // The tables' bf16 attention rounds P and dS where PARATRAIN_CUDA_ATTENTION says flash or
 // gemm-bf16: then the bf16-products tolerance.
@@ -479,7 +488,7 @@ std::vector<AttnImpl> attention_impls() {
   return {{"the table's", R().attention_forward.at(kGpu, kF32), R().attention_forward.at(kGpu, kBF16),
            R().attention_backward.at(kGpu, kF32), R().attention_backward.at(kGpu, kBF16), 128, table_bf16,
            table_bf16},
-          {"flash", &by_gemm_forward<kF32>, &flash_forward, &by_gemm_backward<kF32>, &flash_backward, 1 << 20,
+          {"flash", &by_gemm_forward<kF32>, &flash_forward<>, &by_gemm_backward<kF32>, &flash_backward<>, 1 << 20,
            bf16_products, bf16_products},
           {"by gemm, 16-row chunks", &by_gemm_forward<kF32>, &by_gemm_forward<kBF16>, &by_gemm_backward<kF32>,
            &by_gemm_backward<kBF16>, 1 << 20},
@@ -561,56 +570,94 @@ TEST(CudaLayerKernels, AttentionBF16MatchesCpu) {
   });
 }
 
-// f16 (--precision fp16): the tables' attention (the GEMM form, f32 products, in every
-// PARATRAIN_CUDA_ATTENTION form) against the CPU's f16 attention on the same values, within
-// f16's tolerance (the f32 statistics within f32's).
+// f16 (--precision fp16): the tables' attention (PARATRAIN_CUDA_ATTENTION's form: the GEMM
+// attention with f32 products, or flash) and the flash kernels against the CPU's f16 attention
+// on the same values. The GEMM form within f16's tolerance; flash rounds P and dS to f16 before
+// their products (2^-11 relative), so 2e-3 of the largest value more (the f32 statistics within
+// f32's either way). Head size 32 (gpt-nano's) and 64, T past two tiles.
 TEST(CudaLayerKernels, F16AttentionMatchesCpu) {
   PT_REQUIRE_GPU();
   constexpr DType kF16 = DType::F16;
-  const int64_t B = 2, T = 150, NH = 3, hs = 32, C = NH * hs;
-  const size_t nqkv = static_cast<size_t>(B * T * 3 * C), nout = static_cast<size_t>(B * T * C),
-               nlse = static_cast<size_t>(B * NH * T);
-  const std::vector<uint16_t> qkv = to_half(kF16, uniform(nqkv, -2, 2, 61));
-  std::vector<uint16_t> out(nout);
-  std::vector<float> lse(nlse);
-  R().attention_forward.at(kCpu, kF16)(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-  DeviceBuffer<uint16_t> dq(qkv), dout_(filled<uint16_t>(nout, 0));
-  DeviceBuffer<float> dlse(filled(nlse, 9.0f));
-  R().attention_forward.at(kGpu, kF16)(dout_.get(), dlse.get(), dq.get(), B, T, C, NH);
-  expect_close(from_half(kF16, dout_.download()), from_half(kF16, out), kF16Tol, "attention f16 out");
-  expect_close(dlse.download(), lse, kF32Tol, "attention f16 lse");
-  const std::vector<uint16_t> g = to_half(kF16, uniform(nout, -1, 1, 62)),
-                              d0 = to_half(kF16, uniform(nqkv, -0.1f, 0.1f, 63));
-  std::vector<uint16_t> d = d0;
-  R().attention_backward.at(kCpu, kF16)(d.data(), g.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
-  DeviceBuffer<uint16_t> dg(g), cout_(out), dd(d0);
-  DeviceBuffer<float> clse(lse);
-  R().attention_backward.at(kGpu, kF16)(dd.get(), dg.get(), dq.get(), cout_.get(), clse.get(), B, T, C, NH);
-  expect_close(from_half(kF16, dd.download()), from_half(kF16, d), kF16Tol, "attention f16 dqkv");
+  const Tolerance f16_products{4e-3, 3e-3};
+  const bool table_is_flash = env::get_string("PARATRAIN_CUDA_ATTENTION") == "flash";
+  struct Impl {
+    const char* name;
+    AttnForward forward;
+    AttnBackward backward;
+    Tolerance tol;
+  };
+  const Impl impls[] = {
+      {"the table's", R().attention_forward.at(kGpu, kF16), R().attention_backward.at(kGpu, kF16),
+       table_is_flash ? f16_products : kF16Tol},
+      {"flash", &flash_forward<kF16>, &flash_backward<kF16>, f16_products}};
+  for (const Impl& impl : impls)
+    for (const int64_t hs : {32, 64}) {
+      SCOPED_TRACE(std::string(impl.name) + ", head size " + std::to_string(hs));
+      const int64_t B = 2, T = 150, NH = 3, C = NH * hs;
+      const size_t nqkv = static_cast<size_t>(B * T * 3 * C), nout = static_cast<size_t>(B * T * C),
+                   nlse = static_cast<size_t>(B * NH * T);
+      const std::vector<uint16_t> qkv = to_half(kF16, uniform(nqkv, -2, 2, 61));
+      std::vector<uint16_t> out(nout);
+      std::vector<float> lse(nlse);
+      R().attention_forward.at(kCpu, kF16)(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+      DeviceBuffer<uint16_t> dq(qkv), dout_(filled<uint16_t>(nout, 0));
+      DeviceBuffer<float> dlse(filled(nlse, 9.0f));
+      impl.forward(dout_.get(), dlse.get(), dq.get(), B, T, C, NH);
+      expect_close(from_half(kF16, dout_.download()), from_half(kF16, out), impl.tol, "attention f16 out");
+      expect_close(dlse.download(), lse, kF32Tol, "attention f16 lse");
+      const std::vector<uint16_t> g = to_half(kF16, uniform(nout, -1, 1, 62)),
+                                  d0 = to_half(kF16, uniform(nqkv, -0.1f, 0.1f, 63));
+      std::vector<uint16_t> d = d0;
+      R().attention_backward.at(kCpu, kF16)(d.data(), g.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+      DeviceBuffer<uint16_t> dg(g), cout_(out), dd(d0);
+      DeviceBuffer<float> clse(lse);
+      impl.backward(dd.get(), dg.get(), dq.get(), cout_.get(), clse.get(), B, T, C, NH);
+      expect_close(from_half(kF16, dd.download()), from_half(kF16, d), impl.tol, "attention f16 dqkv");
+    }
+}
+
+// The flash kernels' shared memory per block: head sizes 32 and 64 fit Turing's 64 KiB (f16
+// flash runs there), 128 needs Ampere's or Ada's 99 KiB or more; other head sizes are not
+// taken. And only bf16 and f16 are theirs: another dtype is an InputError, before any GPU is
+// asked (this runs without one).
+TEST(CudaLayerKernels, FlashSharedMemoryAndDtypes) {
+  EXPECT_EQ(cuda::flash_attention_shared_bytes(64), 57856);  // the backward's 56.5 KiB
+  EXPECT_LE(cuda::flash_attention_shared_bytes(32), 64 * 1024);
+  EXPECT_GT(cuda::flash_attention_shared_bytes(128), 64 * 1024);
+  EXPECT_LE(cuda::flash_attention_shared_bytes(128), 99 * 1024);
+  EXPECT_EQ(cuda::flash_attention_shared_bytes(48), 0);
+  EXPECT_EQ(cuda::flash_attention_shared_bytes(256), 0);
+  uint16_t buf[8] = {};
+  float lse[1] = {};
+  EXPECT_THROW(cuda::attention_forward_flash(DType::F32, buf, lse, buf, 1, 1, 64, 1), InputError);
+  EXPECT_THROW(cuda::attention_backward_flash(DType::F32, buf, buf, buf, buf, lse, 1, 1, 64, 1), InputError);
 }
 
 // The flash backward has one writer per element of dqkv (no atomics): two runs give the same
-// bits, and so does the forward.
+// bits, and so does the forward; bf16 and f16.
 TEST(CudaLayerKernels, FlashAttentionIsTheSameBitsEveryRun) {
   PT_REQUIRE_GPU();
   const int64_t B = 2, T = 300, NH = 2, hs = 64, C = NH * hs;
   const size_t nqkv = static_cast<size_t>(B * T * 3 * C), nout = static_cast<size_t>(B * T * C);
-  const std::vector<uint16_t> qkv = to_bf16(uniform(nqkv, -2, 2, 51)), g = to_bf16(uniform(nout, -1, 1, 52));
-  DeviceBuffer<uint16_t> dq(qkv), dg(g);
-  std::vector<uint16_t> first_out, first_d;
-  for (int run = 0; run < 2; ++run) {
-    DeviceBuffer<uint16_t> out(filled<uint16_t>(nout, 0)), d(filled<uint16_t>(nqkv, 0));
-    DeviceBuffer<float> lse(filled(static_cast<size_t>(B * NH * T), 0.0f));
-    ASSERT_TRUE(cuda::attention_forward_flash_bf16(out.get(), lse.get(), dq.get(), B, T, C, NH));
-    ASSERT_TRUE(cuda::attention_backward_flash_bf16(d.get(), dg.get(), dq.get(), out.get(), lse.get(), B, T, C, NH));
-    if (run == 0) {
-      first_out = out.download(), first_d = d.download();
-    } else {
-      EXPECT_EQ(out.download(), first_out);
-      EXPECT_EQ(d.download(), first_d);
+  for (const DType dt : {kBF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const std::vector<uint16_t> qkv = to_half(dt, uniform(nqkv, -2, 2, 51)), g = to_half(dt, uniform(nout, -1, 1, 52));
+    DeviceBuffer<uint16_t> dq(qkv), dg(g);
+    std::vector<uint16_t> first_out, first_d;
+    for (int run = 0; run < 2; ++run) {
+      DeviceBuffer<uint16_t> out(filled<uint16_t>(nout, 0)), d(filled<uint16_t>(nqkv, 0));
+      DeviceBuffer<float> lse(filled(static_cast<size_t>(B * NH * T), 0.0f));
+      ASSERT_TRUE(cuda::attention_forward_flash(dt, out.get(), lse.get(), dq.get(), B, T, C, NH));
+      ASSERT_TRUE(cuda::attention_backward_flash(dt, d.get(), dg.get(), dq.get(), out.get(), lse.get(), B, T, C, NH));
+      if (run == 0) {
+        first_out = out.download(), first_d = d.download();
+      } else {
+        EXPECT_EQ(out.download(), first_out);
+        EXPECT_EQ(d.download(), first_d);
+      }
     }
+    EXPECT_NE(std::count(first_d.begin(), first_d.end(), uint16_t{0}), static_cast<std::ptrdiff_t>(nqkv));
   }
-  EXPECT_NE(std::count(first_d.begin(), first_d.end(), uint16_t{0}), static_cast<std::ptrdiff_t>(nqkv));
 }
 
 // The pieces of the GEMM attention one by one against the CPU's (kernels/cpu/attention_parts.h):

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -131,19 +132,30 @@ TEST_F(TrainCommandOnGpu, F32FollowsTheCpuRunAndReportsTheGpu) {
   EXPECT_GT(gpu[0]["mem_peak_bytes"][0].get<int64_t>(), 3 * 120576 * 4);
 }
 
-// bf16, and fp16 with its dynamic loss scaler (the f16 attention and cross-entropy tables):
-// each learns and ends near the f32 run.
+// bf16, and fp16 with its dynamic loss scaler (the f16 attention and cross-entropy tables),
+// each with the default attention and with the flash kernels (PARATRAIN_CUDA_ATTENTION=flash,
+// which the child inherits): each learns and ends near the f32 run.
 TEST_F(TrainCommandOnGpu, HalfPrecisionsLearnAndStayNearF32) {
   PT_REQUIRE_GPU();
   const auto f32 = losses(train(base(20) + " --device cuda", "f32.jsonl"));
-  for (const std::string precision : {"bf16", "fp16"}) {
-    SCOPED_TRACE(precision);
-    const auto half = losses(train(base(20) + " --device cuda --precision " + precision, precision + ".jsonl"));
-    ASSERT_EQ(half.size(), 20u);
-    for (double l : half) EXPECT_TRUE(std::isfinite(l));
-    EXPECT_LT(half.back(), half.front() - 0.1);  // it learns the pattern
-    EXPECT_NEAR(half.back(), f32.back(), 0.05 * f32.back());
-  }
+  const char* outer = std::getenv("PARATRAIN_CUDA_ATTENTION");
+  const std::string outer_form = outer ? outer : "";
+  for (const std::string attention : {"", "flash"})  // "": the environment's form
+    for (const std::string precision : {"bf16", "fp16"}) {
+      SCOPED_TRACE(precision + " " + (attention.empty() ? "the environment's attention" : attention));
+      if (!attention.empty()) ::setenv("PARATRAIN_CUDA_ATTENTION", attention.c_str(), 1);
+      const auto half =
+          losses(train(base(20) + " --device cuda --precision " + precision, precision + attention + ".jsonl"));
+      if (outer) {
+        ::setenv("PARATRAIN_CUDA_ATTENTION", outer_form.c_str(), 1);
+      } else {
+        ::unsetenv("PARATRAIN_CUDA_ATTENTION");
+      }
+      ASSERT_EQ(half.size(), 20u);
+      for (double l : half) EXPECT_TRUE(std::isfinite(l));
+      EXPECT_LT(half.back(), half.front() - 0.1);  // it learns the pattern
+      EXPECT_NEAR(half.back(), f32.back(), 0.05 * f32.back());
+    }
 }
 
 // Resumed from its step-4 checkpoint: the same steps 5..8 as the run that never stopped. The

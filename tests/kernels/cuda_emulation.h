@@ -9,7 +9,8 @@
 // shuffles: reaching either there aborts).
 //
 // Include it before the kernel header, at global scope; the names it defines are those CUDA
-// gives (threadIdx, blockIdx, blockDim, uint4, __nv_bfloat16, ...), in an unnamed namespace.
+// gives (threadIdx, blockIdx, blockDim, uint4, __nv_bfloat16, __half, ...), in an unnamed
+// namespace; to_float() widens either 16-bit type.
 // Blocks of at most 1024 threads. Not thread-safe: one launch at a time.
 #pragma once
 
@@ -55,6 +56,10 @@ struct uint4 { uint32_t x, y, z, w; };
 inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return {a, b, c, d}; }
 struct __nv_bfloat16 { uint16_t bits; };
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {paratrain::f32_to_bf16(f)}; }  // the CPU's rule
+struct __half { uint16_t bits; };
+inline __half __float2half_rn(float f) { return {paratrain::f32_to_f16(f)}; }
+inline float to_float(__nv_bfloat16 x) { return paratrain::bf16_to_f32(x.bits); }
+inline float to_float(__half x) { return paratrain::f16_to_f32(x.bits); }
 
 // Runs f as a grid (gx, gy) of blocks of `block` threads, one block after another: `block`
 // host threads run every block in turn, with a barrier between blocks (which share memory

@@ -1,14 +1,16 @@
 // The fused causal attention on tensor cores (kernels/cuda/layers.h,
-// attention_{forward,backward}_flash_bf16; the kernels: flash_attention_kernel.cuh). bf16
-// q/k/v, out, dout and dqkv, f32 lse; head sizes 32, 64 and 128, C a multiple of 8, the bf16
-// buffers the kernels read in 16-byte vectors 16-byte aligned, B * NH up to 65535, a GPU of
-// compute capability 8.0 or newer: anything else is "not handled" (false), for the caller to
-// run another form. The backward's D
-// (B*NH*T f32) comes from the device's caching allocator (stream-ordered).
+// attention_{forward,backward}_flash; the kernels: flash_attention_kernel.cuh). bf16 or f16
+// q/k/v, out, dout and dqkv, f32 lse; head sizes 32, 64 and 128, C a multiple of 8, the 16-bit
+// buffers the kernels read in 16-byte vectors 16-byte aligned, B * NH up to 65535, a GPU with
+// WMMA on the dtype (bf16: compute capability 8.0 or newer; f16: 7.0) and the shared memory the
+// head size needs: anything else is "not handled" (false), for the caller to run another form. The backward's D (B*NH*T f32) comes
+// from the device's caching allocator (stream-ordered).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -22,8 +24,26 @@
 namespace paratrain::kernels::cuda::flash {
 namespace wmma = nvcuda::wmma;
 
-__device__ __forceinline__ uint16_t float_to_bf16_bits(float f) { return detail::Elem<DType::BF16>::store(f); }
-__device__ __forceinline__ float bf16_bits_to_float(uint16_t v) { return detail::Elem<DType::BF16>::load(v); }
+namespace {
+// The kernels' 16-bit types (flash_attention_kernel.cuh): bits through the CPU's conversions
+// (detail::Elem), operands rounded to nearest even.
+template <typename E>
+struct Operand;
+template <>
+struct Operand<__nv_bfloat16> {
+  static constexpr int kMinArch = 800;  // bf16 WMMA: Ampere
+  __device__ static float load(uint16_t v) { return detail::Elem<DType::BF16>::load(v); }
+  __device__ static uint16_t store(float f) { return detail::Elem<DType::BF16>::store(f); }
+  __device__ static __nv_bfloat16 round(float f) { return __float2bfloat16_rn(f); }
+};
+template <>
+struct Operand<__half> {
+  static constexpr int kMinArch = 700;  // f16 WMMA: Volta
+  __device__ static float load(uint16_t v) { return __half2float(__ushort_as_half(v)); }
+  __device__ static uint16_t store(float f) { return __half_as_ushort(__float2half_rn(f)); }
+  __device__ static __half round(float f) { return __float2half_rn(f); }
+};
+}  // namespace
 
 }  // namespace paratrain::kernels::cuda::flash
 
@@ -33,32 +53,39 @@ namespace paratrain::kernels::cuda {
 namespace {
 
 // The kernels' shared-memory opt-in (above the 48 KiB default), once per device.
-template <int HS>
+template <int HS, typename E>
 struct FlashSetup {
   FlashSetup() {
     const int fwd = flash::Layout<HS>::kBytes, bwd = flash::BackwardLayout<HS>::kBytes;
-    PT_CUDA_CHECK(cudaFuncSetAttribute(flash::flash_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, fwd));
-    PT_CUDA_CHECK(
-        cudaFuncSetAttribute(flash::flash_backward_keys_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bwd));
-    PT_CUDA_CHECK(
-        cudaFuncSetAttribute(flash::flash_backward_queries_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bwd));
+    PT_CUDA_CHECK(cudaFuncSetAttribute(flash::flash_forward_kernel<HS, E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       fwd));
+    PT_CUDA_CHECK(cudaFuncSetAttribute(flash::flash_backward_keys_kernel<HS, E>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, bwd));
+    PT_CUDA_CHECK(cudaFuncSetAttribute(flash::flash_backward_queries_kernel<HS, E>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, bwd));
   }
 };
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Whether the current GPU has bf16 tensor cores (compute capability 8.0 or newer), where the
-// kernels have their bodies (flash_attention_kernel.cuh: PT_FLASH_TENSOR_CORES).
-struct Bf16TensorCores {
-  bool present = false;
-  Bf16TensorCores() {
-    int major = 0;
-    PT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ::paratrain::cuda::current_device()));
-    present = major >= 8;
+// What the current GPU offers the kernels, once per device: its compute capability as
+// __CUDA_ARCH__ spells it (9.0: 900; the kernels on E have their bodies from
+// flash::Operand<E>::kMinArch on) and the shared memory a block may opt into (Turing: 64 KiB,
+// too little for head size 128).
+struct FlashDevice {
+  int arch = 0;
+  int64_t max_shared = 0;
+  FlashDevice() {
+    const int dev = ::paratrain::cuda::current_device();
+    int major = 0, minor = 0, optin = 0;
+    PT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    PT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    PT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    arch = 100 * major + 10 * minor;
+    max_shared = optin;
   }
 };
 
-// The shapes the kernels take (sizes already checked).
 // f(std::integral_constant<int, HS>) for a head size handled() takes.
 template <typename F>
 void with_head_size(int64_t hs, F&& f) {
@@ -69,10 +96,18 @@ void with_head_size(int64_t hs, F&& f) {
   }
 }
 
+template <int HS>
+constexpr int64_t shared_bytes() {
+  return std::max(flash::Layout<HS>::kBytes, flash::BackwardLayout<HS>::kBytes);
+}
+
+// The shapes and GPUs the kernels on E take (sizes already checked).
+template <typename E>
 bool handled(int64_t B, int64_t T, int64_t C, int64_t NH) {
-  const int64_t hs = C / NH;
-  return (hs == 32 || hs == 64 || hs == 128) && C % 8 == 0 && B * NH <= 65535 &&
-         (T + flash::kRows - 1) / flash::kRows <= 0x7fffffff && detail::per_device<Bf16TensorCores>().present;
+  const int64_t bytes = flash_attention_shared_bytes(C / NH);
+  const FlashDevice& device = detail::per_device<FlashDevice>();
+  return bytes > 0 && C % 8 == 0 && B * NH <= 65535 && (T + flash::kRows - 1) / flash::kRows <= 0x7fffffff &&
+         device.arch >= flash::Operand<E>::kMinArch && bytes <= device.max_shared;
 }
 
 void check_sizes(int64_t B, int64_t T, int64_t C, int64_t NH, const char* who) {
@@ -80,55 +115,78 @@ void check_sizes(int64_t B, int64_t T, int64_t C, int64_t NH, const char* who) {
     PT_THROW(InputError, who, " (cuda, flash): bad sizes B=", B, " T=", T, " C=", C, " NH=", NH);
 }
 
-template <int HS>
+template <int HS, typename E>
 void launch_backward(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* out, const float* lse,
                      int64_t B, int64_t T, int64_t C, int64_t NH) {
-  detail::per_device<FlashSetup<HS>>();
+  detail::per_device<FlashSetup<HS, E>>();
   cudaStream_t s = detail::stream();
   Tensor D = Tensor::empty({B * NH * T}, DType::F32, Device::CUDA, ::paratrain::cuda::current_device());
   auto* d = static_cast<float*>(D.data_ptr());
   const int rows_per_block = 8;  // a warp per row, 256 threads
-  flash::rowdot_kernel<<<detail::ceil_div(B * NH * T, rows_per_block), 32 * rows_per_block, 0, s>>>(
+  flash::rowdot_kernel<E><<<detail::ceil_div(B * NH * T, rows_per_block), 32 * rows_per_block, 0, s>>>(
       d, dout, out, B, T, C, static_cast<int>(NH));
   PT_CUDA_CHECK_LAUNCH();
   const dim3 grid(detail::ceil_div(T, flash::kRows), static_cast<unsigned>(B * NH));
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const int bytes = flash::BackwardLayout<HS>::kBytes;
-  flash::flash_backward_keys_kernel<HS><<<grid, flash::kThreads, bytes, s>>>(dqkv, dout, qkv, lse, d, B, T, C,
-                                                                           static_cast<int>(NH), scale);
-  PT_CUDA_CHECK_LAUNCH();
-  flash::flash_backward_queries_kernel<HS><<<grid, flash::kThreads, bytes, s>>>(dqkv, dout, qkv, lse, d, B, T, C,
+  flash::flash_backward_keys_kernel<HS, E><<<grid, flash::kThreads, bytes, s>>>(dqkv, dout, qkv, lse, d, B, T, C,
                                                                               static_cast<int>(NH), scale);
+  PT_CUDA_CHECK_LAUNCH();
+  flash::flash_backward_queries_kernel<HS, E><<<grid, flash::kThreads, bytes, s>>>(dqkv, dout, qkv, lse, d, B, T, C,
+                                                                                 static_cast<int>(NH), scale);
   PT_CUDA_CHECK_LAUNCH();
 }
 
-template <int HS>
+template <int HS, typename E>
 void launch(uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
-  detail::per_device<FlashSetup<HS>>();
+  detail::per_device<FlashSetup<HS, E>>();
   const dim3 grid(detail::ceil_div(T, flash::kRows), static_cast<unsigned>(B * NH));
-  flash::flash_forward_kernel<HS><<<grid, flash::kThreads, flash::Layout<HS>::kBytes, detail::stream()>>>(
+  flash::flash_forward_kernel<HS, E><<<grid, flash::kThreads, flash::Layout<HS>::kBytes, detail::stream()>>>(
       out, lse, qkv, B, T, C, static_cast<int>(NH), 1.0f / std::sqrt(static_cast<float>(HS)));
   PT_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace
-
-bool attention_forward_flash_bf16(uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T, int64_t C,
-                                  int64_t NH) {
-  check_sizes(B, T, C, NH, "attention_forward");
-  if (!handled(B, T, C, NH) || !aligned16(qkv)) return false;
-  if (B == 0 || T == 0) return true;
-  with_head_size(C / NH, [&](auto hs) { launch<hs()>(out, lse, qkv, B, T, C, NH); });
-  return true;
+// f(E{}) for the kernels' type of `dtype` (bf16 or f16).
+template <typename F>
+bool with_operand(DType dtype, const char* who, F&& f) {
+  if (dtype == DType::BF16) return f(__nv_bfloat16{});
+  if (dtype == DType::F16) return f(__half{});
+  PT_THROW(InputError, who, " (cuda, flash): dtype ", dtype_name(dtype), " (the flash kernels take bf16 and f16)");
 }
 
-bool attention_backward_flash_bf16(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* out,
-                                   const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH) {
+}  // namespace
+
+int64_t flash_attention_shared_bytes(int64_t head_size) {
+  switch (head_size) {
+    case 32: return shared_bytes<32>();
+    case 64: return shared_bytes<64>();
+    case 128: return shared_bytes<128>();
+    default: return 0;
+  }
+}
+
+bool attention_forward_flash(DType dtype, uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T,
+                             int64_t C, int64_t NH) {
+  check_sizes(B, T, C, NH, "attention_forward");
+  return with_operand(dtype, "attention_forward", [&](auto e) {
+    using E = decltype(e);
+    if (!handled<E>(B, T, C, NH) || !aligned16(qkv)) return false;
+    if (B == 0 || T == 0) return true;
+    with_head_size(C / NH, [&](auto hs) { launch<hs(), E>(out, lse, qkv, B, T, C, NH); });
+    return true;
+  });
+}
+
+bool attention_backward_flash(DType dtype, uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv,
+                              const uint16_t* out, const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH) {
   check_sizes(B, T, C, NH, "attention_backward");
-  if (!handled(B, T, C, NH) || !aligned16(qkv) || !aligned16(dout) || !lse) return false;
-  if (B == 0 || T == 0) return true;
-  with_head_size(C / NH, [&](auto hs) { launch_backward<hs()>(dqkv, dout, qkv, out, lse, B, T, C, NH); });
-  return true;
+  return with_operand(dtype, "attention_backward", [&](auto e) {
+    using E = decltype(e);
+    if (!handled<E>(B, T, C, NH) || !aligned16(qkv) || !aligned16(dout) || !lse) return false;
+    if (B == 0 || T == 0) return true;
+    with_head_size(C / NH, [&](auto hs) { launch_backward<hs(), E>(dqkv, dout, qkv, out, lse, B, T, C, NH); });
+    return true;
+  });
 }
 
 }  // namespace paratrain::kernels::cuda

@@ -1,5 +1,8 @@
-// The fused causal attention on tensor cores (flash_attention.cu), bf16 q/k/v: FlashAttention-2's
-// forward (one kernel) and backward (three, below), no score matrix in global memory.
+// The fused causal attention on tensor cores (flash_attention.cu): FlashAttention-2's forward
+// (one kernel) and backward (three, below), no score matrix in global memory. Every kernel is a
+// template on E, the 16-bit type of q/k/v, out, dout and dqkv and of the WMMA operands:
+// __nv_bfloat16 (--precision bf16) or __half (--precision fp16); "bf16" below is that type.
+// Products accumulate in f32 either way, and the softmax statistics are f32.
 //
 // A block of 128 threads (4 warps) owns 64 query rows of one (batch, head); warp w owns rows
 // 16w..16w+15 of them. For each tile of 64 keys up to the diagonal:
@@ -31,24 +34,29 @@
 // of the CUDA built-ins they use (threadIdx, blockIdx, gridDim, __syncthreads,
 // __shfl_xor_sync, wmma, the bf16 conversions; an accumulator's num_elements and x[]) to run
 // its arithmetic without a GPU (tests/kernels/flash_attention_emulated_test.cpp). The includer
-// provides bf16_bits_to_float(uint16_t), float_to_bf16_bits(float) (round to nearest even,
-// NaN kept) and the wmma namespace.
+// provides the wmma namespace and, for each E, Operand<E> in this namespace: static float
+// load(uint16_t bits), static uint16_t store(float) (round to nearest even, NaN kept),
+// static E round(float) (the same rounding, as an operand) and static constexpr int kMinArch
+// (the oldest __CUDA_ARCH__ with WMMA on E).
 #pragma once
-
-// The kernels on tensor cores use bf16 WMMA, which sm_80 (Ampere) brought. Compiled for an older
-// GPU (a build whose CMAKE_CUDA_ARCHITECTURES include 75) their bodies are empty, and
-// flash_attention.cu never launches them on such a GPU (that shape of attention runs another
-// form there). The host and the CPU emulation see the bodies.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-#define PT_FLASH_TENSOR_CORES 0
-#else
-#define PT_FLASH_TENSOR_CORES 1
-#endif
 
 namespace paratrain::kernels::cuda::flash {
 // Internal linkage: each includer (flash_attention.cu, and the CPU emulation in
 // tests/kernels/flash_attention_emulated_test.cpp) has its own kernels, never the other's.
 namespace {
+
+// Whether a kernel for operands E has its body in this compilation: WMMA on E needs
+// Operand<E>::kMinArch (f16: sm_70; bf16: sm_80, Ampere). Compiled for an older GPU (a build
+// whose CMAKE_CUDA_ARCHITECTURES include 75) the bf16 kernels' bodies are left out, and
+// flash_attention.cu never launches them on such a GPU (that shape of attention runs another
+// form there). The host and the CPU emulation see every body.
+template <typename E>
+constexpr bool kHasBody =
+#if defined(__CUDA_ARCH__)
+    __CUDA_ARCH__ >= Operand<E>::kMinArch;
+#else
+    true;
+#endif
 
 constexpr int kRows = 64;     // query rows per block
 constexpr int kKeys = 64;     // keys per tile
@@ -76,8 +84,8 @@ struct Layout {
 // Rows [r0, r0 + 64) of a (B, T, row_stride) bf16 array, HS columns from `src` (which points at
 // the first of them in row 0 of batch 0), into a bf16 tile with row stride ld; rows at or past
 // T are zeros. 8 bf16 (16 bytes) per load.
-template <int HS>
-__device__ __forceinline__ void load_rows(__nv_bfloat16* tile, int ld, const uint16_t* src, int64_t row_stride,
+template <int HS, typename E>
+__device__ __forceinline__ void load_rows(E* tile, int ld, const uint16_t* src, int64_t row_stride,
                                           int64_t b, int64_t T, int64_t r0) {
   constexpr int kVecs = HS / 8;  // 16-byte vectors per row
   for (int e = threadIdx.x; e < kRows * kVecs; e += kThreads) {
@@ -90,8 +98,8 @@ __device__ __forceinline__ void load_rows(__nv_bfloat16* tile, int ld, const uin
 }
 
 // Rows [r0, r0 + 64) of head h's part (q, k or v: `part` 0, 1, 2) of qkv (B,T,3C) into a tile.
-template <int HS>
-__device__ __forceinline__ void load_tile(__nv_bfloat16* tile, int ld, const uint16_t* qkv, int64_t b, int64_t T,
+template <int HS, typename E>
+__device__ __forceinline__ void load_tile(E* tile, int ld, const uint16_t* qkv, int64_t b, int64_t T,
                                           int64_t C, int h, int part, int64_t r0) {
   load_rows<HS>(tile, ld, qkv + part * C + h * HS, 3 * C, b, T, r0);
 }
@@ -99,14 +107,14 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16* tile, int ld, const uin
 // acc[n] (the warp's 16 rows x HS) += M (its 16 rows of a bf16 64 x 64, stride kLdP) Y (bf16
 // 64 x HS, stride ld). k outside n: each fragment of M is loaded once; each acc[n] still adds
 // its k products in order.
-template <int HS>
+template <int HS, typename E>
 __device__ __forceinline__ void accumulate_product(wmma::fragment<wmma::accumulator, 16, 16, 16, float>* acc,
-                                                   const __nv_bfloat16* M, const __nv_bfloat16* Y, int ld, int warp) {
+                                                   const E* M, const E* Y, int ld, int warp) {
   for (int k = 0; k < kKeys / 16; ++k) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major> a;
     wmma::load_matrix_sync(a, M + (warp * 16) * kLdP + k * 16, kLdP);
     for (int n = 0; n < HS / 16; ++n) {
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> y;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::row_major> y;
       wmma::load_matrix_sync(y, Y + (k * 16) * ld + n * 16, ld);
       wmma::mma_sync(acc[n], a, y, acc[n]);
     }
@@ -120,108 +128,108 @@ __device__ __forceinline__ void accumulate_product(wmma::fragment<wmma::accumula
 // head size 64) and made the dQ kernel spill.
 __device__ __forceinline__ unsigned last_tile_first() { return gridDim.x - 1u - blockIdx.x; }
 
-template <int HS>
+template <int HS, typename E>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T, int64_t C, int NH,
                          float scale) {
-#if PT_FLASH_TENSOR_CORES
-  using L = Layout<HS>;
-  extern __shared__ __align__(128) unsigned char smem[];
-  auto* Qs = reinterpret_cast<__nv_bfloat16*>(smem + L::kQ);
-  auto* Ks = reinterpret_cast<__nv_bfloat16*>(smem + L::kK);
-  auto* Vs = reinterpret_cast<__nv_bfloat16*>(smem + L::kV);
-  auto* Ss = reinterpret_cast<float*>(smem + L::kS);
-  auto* Ps = reinterpret_cast<__nv_bfloat16*>(smem + L::kP);
-  auto* Os = reinterpret_cast<float*>(smem + L::kO);
-  auto* row_index = reinterpret_cast<float*>(smem + L::kRowIndex);
-  auto* alpha_s = reinterpret_cast<float*>(smem + L::kAlpha);
+  if constexpr (kHasBody<E>) {
+    using L = Layout<HS>;
+    extern __shared__ __align__(128) unsigned char smem[];
+    auto* Qs = reinterpret_cast<E*>(smem + L::kQ);
+    auto* Ks = reinterpret_cast<E*>(smem + L::kK);
+    auto* Vs = reinterpret_cast<E*>(smem + L::kV);
+    auto* Ss = reinterpret_cast<float*>(smem + L::kS);
+    auto* Ps = reinterpret_cast<E*>(smem + L::kP);
+    auto* Os = reinterpret_cast<float*>(smem + L::kO);
+    auto* row_index = reinterpret_cast<float*>(smem + L::kRowIndex);
+    auto* alpha_s = reinterpret_cast<float*>(smem + L::kAlpha);
 
-  const int64_t q0 = static_cast<int64_t>(last_tile_first()) * kRows;
-  const int64_t bh = blockIdx.y, b = bh / NH;
-  const int h = static_cast<int>(bh % NH);
-  const int warp = threadIdx.x / 32;
-  const int row = threadIdx.x / 2, half = threadIdx.x % 2;  // the softmax's row and half of it
-  const int64_t q = q0 + row;
+    const int64_t q0 = static_cast<int64_t>(last_tile_first()) * kRows;
+    const int64_t bh = blockIdx.y, b = bh / NH;
+    const int h = static_cast<int>(bh % NH);
+    const int warp = threadIdx.x / 32;
+    const int row = threadIdx.x / 2, half = threadIdx.x % 2;  // the softmax's row and half of it
+    const int64_t q = q0 + row;
 
-  load_tile<HS>(Qs, L::kLdQ, qkv, b, T, C, h, 0, q0);
-  for (int e = threadIdx.x; e < 16 * 16; e += kThreads) row_index[e] = static_cast<float>(e / 16);
-  float m = -INFINITY, l = 0.0f;  // the row's running max and sum (both threads of a row)
+    load_tile<HS>(Qs, L::kLdQ, qkv, b, T, C, h, 0, q0);
+    for (int e = threadIdx.x; e < 16 * 16; e += kThreads) row_index[e] = static_cast<float>(e / 16);
+    float m = -INFINITY, l = 0.0f;  // the row's running max and sum (both threads of a row)
 
-  // The warp's 16 query rows as WMMA operands, loaded once for every key tile; its output rows
-  // O (16 x HS) as accumulators in registers across the tiles. The row of an accumulator's
-  // element is that element of `rows`, the 16 x 16 matrix (r, c) = r loaded as one: fragments
-  // of one type share one (unspecified) mapping of elements to lanes.
-  __syncthreads();
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> qf[HS / 16];
-  for (int k = 0; k < HS / 16; ++k) wmma::load_matrix_sync(qf[k], Qs + (warp * 16) * L::kLdQ + k * 16, L::kLdQ);
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> o[HS / 16], rows;
-  wmma::load_matrix_sync(rows, row_index, 16, wmma::mem_row_major);
-  for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(o[n], 0.0f);
-
-  const int64_t key_end = q0 + kRows < T ? q0 + kRows : T;  // keys past the block's last row are masked
-  for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
-    __syncthreads();  // the previous tile's P V is done with K, V, P
-    load_tile<HS>(Ks, L::kLdQ, qkv, b, T, C, h, 1, k0);
-    load_tile<HS>(Vs, L::kLdQ, qkv, b, T, C, h, 2, k0);
+    // The warp's 16 query rows as WMMA operands, loaded once for every key tile; its output rows
+    // O (16 x HS) as accumulators in registers across the tiles. The row of an accumulator's
+    // element is that element of `rows`, the 16 x 16 matrix (r, c) = r loaded as one: fragments
+    // of one type share one (unspecified) mapping of elements to lanes.
     __syncthreads();
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major> qf[HS / 16];
+    for (int k = 0; k < HS / 16; ++k) wmma::load_matrix_sync(qf[k], Qs + (warp * 16) * L::kLdQ + k * 16, L::kLdQ);
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> o[HS / 16], rows;
+    wmma::load_matrix_sync(rows, row_index, 16, wmma::mem_row_major);
+    for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(o[n], 0.0f);
 
-    // 2. S (16 x 64 per warp) = Q K^T
-    for (int n = 0; n < kKeys / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-      for (int k = 0; k < HS / 16; ++k) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> kt;  // K^T: K row-major
-        wmma::load_matrix_sync(kt, Ks + (n * 16) * L::kLdQ + k * 16, L::kLdQ);
-        wmma::mma_sync(acc, qf[k], kt, acc);
+    const int64_t key_end = q0 + kRows < T ? q0 + kRows : T;  // keys past the block's last row are masked
+    for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
+      __syncthreads();  // the previous tile's P V is done with K, V, P
+      load_tile<HS>(Ks, L::kLdQ, qkv, b, T, C, h, 1, k0);
+      load_tile<HS>(Vs, L::kLdQ, qkv, b, T, C, h, 2, k0);
+      __syncthreads();
+
+      // 2. S (16 x 64 per warp) = Q K^T
+      for (int n = 0; n < kKeys / 16; ++n) {
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+        wmma::fill_fragment(acc, 0.0f);
+        for (int k = 0; k < HS / 16; ++k) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::col_major> kt;  // K^T: K row-major
+          wmma::load_matrix_sync(kt, Ks + (n * 16) * L::kLdQ + k * 16, L::kLdQ);
+          wmma::mma_sync(acc, qf[k], kt, acc);
+        }
+        wmma::store_matrix_sync(Ss + (warp * 16) * kLdS + n * 16, acc, kLdS, wmma::mem_row_major);
       }
-      wmma::store_matrix_sync(Ss + (warp * 16) * kLdS + n * 16, acc, kLdS, wmma::mem_row_major);
-    }
-    __syncthreads();
+      __syncthreads();
 
-    // 3. the online softmax of row `row`, keys 2j + half (j < 32) of the tile: the two threads
-    //    of a row take alternate columns, so a warp's reads spread over the banks
-    float s[32];
-    float tile_max = -INFINITY;
-    for (int j = 0; j < 32; ++j) {
-      const int c = 2 * j + half;
-      const int64_t key = k0 + c;
-      s[j] = key <= q && key < T ? Ss[row * kLdS + c] * scale : -INFINITY;
-      tile_max = fmaxf(tile_max, s[j]);
-    }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    const float m_new = fmaxf(m, tile_max);
-    // A row with no key yet (past T, or nothing unmasked so far) keeps m = -inf and adds 0.
-    const float alpha = m_new == -INFINITY ? 1.0f : expf(m - m_new);
-    float sum = 0.0f;
-    for (int j = 0; j < 32; ++j) {
-      const float p = m_new == -INFINITY ? 0.0f : expf(s[j] - m_new);
-      sum += p;
-      Ps[row * kLdP + 2 * j + half] = __float2bfloat16_rn(p);
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    l = l * alpha + sum;
-    m = m_new;
-    if (half == 0) alpha_s[row] = alpha;
-    __syncthreads();
+      // 3. the online softmax of row `row`, keys 2j + half (j < 32) of the tile: the two threads
+      //    of a row take alternate columns, so a warp's reads spread over the banks
+      float s[32];
+      float tile_max = -INFINITY;
+      for (int j = 0; j < 32; ++j) {
+        const int c = 2 * j + half;
+        const int64_t key = k0 + c;
+        s[j] = key <= q && key < T ? Ss[row * kLdS + c] * scale : -INFINITY;
+        tile_max = fmaxf(tile_max, s[j]);
+      }
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      const float m_new = fmaxf(m, tile_max);
+      // A row with no key yet (past T, or nothing unmasked so far) keeps m = -inf and adds 0.
+      const float alpha = m_new == -INFINITY ? 1.0f : expf(m - m_new);
+      float sum = 0.0f;
+      for (int j = 0; j < 32; ++j) {
+        const float p = m_new == -INFINITY ? 0.0f : expf(s[j] - m_new);
+        sum += p;
+        Ps[row * kLdP + 2 * j + half] = Operand<E>::round(p);
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      l = l * alpha + sum;
+      m = m_new;
+      if (half == 0) alpha_s[row] = alpha;
+      __syncthreads();
 
-    // 4. O (16 x HS per warp) = alpha O + P V: each element scaled by its row's alpha
+      // 4. O (16 x HS per warp) = alpha O + P V: each element scaled by its row's alpha
+      for (int n = 0; n < HS / 16; ++n)
+        for (int i = 0; i < o[n].num_elements; ++i) o[n].x[i] *= alpha_s[warp * 16 + static_cast<int>(rows.x[i])];
+      accumulate_product<HS>(o, Ps, Vs, L::kLdQ, warp);
+    }
+    __syncthreads();  // every warp is done with K and V: O is staged over them
     for (int n = 0; n < HS / 16; ++n)
-      for (int i = 0; i < o[n].num_elements; ++i) o[n].x[i] *= alpha_s[warp * 16 + static_cast<int>(rows.x[i])];
-    accumulate_product<HS>(o, Ps, Vs, L::kLdQ, warp);
-  }
-  __syncthreads();  // every warp is done with K and V: O is staged over them
-  for (int n = 0; n < HS / 16; ++n)
-    wmma::store_matrix_sync(Os + (warp * 16) * L::kLdO + n * 16, o[n], L::kLdO, wmma::mem_row_major);
-  __syncthreads();
+      wmma::store_matrix_sync(Os + (warp * 16) * L::kLdO + n * 16, o[n], L::kLdO, wmma::mem_row_major);
+    __syncthreads();
 
-  // out (B,T,C) at [b, q, h*HS + d] = O / l, rounded to bf16; lse = m + log l
-  if (q < T) {
-    const float inv = 1.0f / l;
-    uint16_t* dst = out + (b * T + q) * C + h * HS;
-    for (int d = half; d < HS; d += 2) dst[d] = float_to_bf16_bits(Os[row * L::kLdO + d] * inv);
-    if (half == 0 && lse) lse[bh * T + q] = m + logf(l);
-  }
-#endif  // PT_FLASH_TENSOR_CORES
+    // out (B,T,C) at [b, q, h*HS + d] = O / l, rounded to bf16; lse = m + log l
+    if (q < T) {
+      const float inv = 1.0f / l;
+      uint16_t* dst = out + (b * T + q) * C + h * HS;
+      for (int d = half; d < HS; d += 2) dst[d] = Operand<E>::store(Os[row * L::kLdO + d] * inv);
+      if (half == 0 && lse) lse[bh * T + q] = m + logf(l);
+    }
+  }  // kHasBody<E>
 }
 
 // ---- backward ----
@@ -240,6 +248,7 @@ __global__ void __launch_bounds__(kThreads)
 // D = rowsum(dO * O) per query row comes first (rowdot_kernel, f32).
 
 // D[bh T + t] = sum_d dO[b,t,h,d] O[b,t,h,d]: a warp per row.
+template <typename E>
 __global__ void rowdot_kernel(float* D, const uint16_t* dout, const uint16_t* out, int64_t B, int64_t T, int64_t C,
                               int NH) {
   const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -249,7 +258,7 @@ __global__ void rowdot_kernel(float* D, const uint16_t* dout, const uint16_t* ou
   const uint16_t* o = out + (b * T + t) * C + h * hs;
   const uint16_t* d = dout + (b * T + t) * C + h * hs;
   float s = 0.0f;
-  for (int64_t i = lane; i < hs; i += 32) s += bf16_bits_to_float(d[i]) * bf16_bits_to_float(o[i]);
+  for (int64_t i = lane; i < hs; i += 32) s += Operand<E>::load(d[i]) * Operand<E>::load(o[i]);
   for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
   if (lane == 0) D[r] = s;
 }
@@ -270,7 +279,7 @@ struct BackwardLayout {
 };
 
 // dqkv[part] (B,T,3C) rows [r0, r0 + 64) of head h += scale * acc (f32 64 x HS, stride ld).
-template <int HS>
+template <int HS, typename E>
 __device__ __forceinline__ void add_tile(uint16_t* dqkv, const float* acc, int ld, float scale, int64_t b, int64_t T,
                                          int64_t C, int h, int part, int64_t r0) {
   for (int e = threadIdx.x; e < kRows * HS; e += kThreads) {
@@ -278,7 +287,7 @@ __device__ __forceinline__ void add_tile(uint16_t* dqkv, const float* acc, int l
     const int64_t t = r0 + r;
     if (t >= T) continue;
     uint16_t* x = dqkv + (b * T + t) * 3 * C + part * C + h * HS + d;
-    *x = float_to_bf16_bits(bf16_bits_to_float(*x) + scale * acc[r * ld + d]);
+    *x = Operand<E>::store(Operand<E>::load(*x) + scale * acc[r * ld + d]);
   }
 }
 
@@ -286,16 +295,16 @@ __device__ __forceinline__ void add_tile(uint16_t* dqkv, const float* acc, int l
 // whole kernel, as the A operands of X Y^T (HS / 16 fragments): held in registers for HS = 64,
 // loaded once; for HS = 128 read from shared memory at each use (the keys kernel already uses
 // every register there). init after the tile is in shared memory and the block has synced.
-// (E is bf16; as a parameter it makes Frag's completeness a question for instantiation, which
-// only the kernels' bodies do: an sm_75 pass has no bf16 fragments.)
-template <int HS, typename E = __nv_bfloat16>
+// (Frag's completeness is a question for instantiation, which only the kernels' bodies do: an
+// sm_75 pass has no bf16 fragments.)
+template <int HS, typename E>
 struct RowOperand {
   using Frag = wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major>;
   static constexpr bool kInRegisters = HS <= 64;
   Frag held[kInRegisters ? HS / 16 : 1];
-  const __nv_bfloat16* rows = nullptr;  // the warp's first row
+  const E* rows = nullptr;  // the warp's first row
   int ld = 0;
-  __device__ __forceinline__ void init(const __nv_bfloat16* tile, int ld_, int warp) {
+  __device__ __forceinline__ void init(const E* tile, int ld_, int warp) {
     rows = tile + (warp * 16) * ld_, ld = ld_;
     if constexpr (kInRegisters)
       for (int k = 0; k < HS / 16; ++k) wmma::load_matrix_sync(held[k], rows + k * 16, ld);
@@ -313,13 +322,13 @@ struct RowOperand {
 
 // Columns 16n .. 16n + 15 of the warp's 16 rows of X Y^T: X the warp's rows of a bf16 64 x HS
 // tile, Y a bf16 64 x HS tile (stride ld), into an f32 accumulator.
-template <int HS>
+template <int HS, typename E>
 __device__ __forceinline__ void product_block(wmma::fragment<wmma::accumulator, 16, 16, 16, float>& acc,
-                                              const RowOperand<HS>& X, const __nv_bfloat16* Y, int ld, int n) {
+                                              const RowOperand<HS, E>& X, const E* Y, int ld, int n) {
   wmma::fill_fragment(acc, 0.0f);
   for (int k = 0; k < HS / 16; ++k) {
-    typename RowOperand<HS>::Frag scratch;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> bt;
+    typename RowOperand<HS, E>::Frag scratch;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::col_major> bt;
     wmma::load_matrix_sync(bt, Y + (n * 16) * ld + k * 16, ld);
     wmma::mma_sync(acc, X.get(k, scratch), bt, acc);
   }
@@ -352,8 +361,8 @@ __device__ __forceinline__ void store_rows(float* stage, int ld,
 
 // The query side of a tile for the backward: dO's rows [q0, q0 + 64) of head h (from dout
 // (B,T,C), zero past T) into a bf16 tile of stride ld, and those rows' lse and D (0 past T).
-template <int HS>
-__device__ __forceinline__ void load_query_rows(__nv_bfloat16* dOs, int ld, float* lse_s, float* D_s,
+template <int HS, typename E>
+__device__ __forceinline__ void load_query_rows(E* dOs, int ld, float* lse_s, float* D_s,
                                                 const uint16_t* dout, const float* lse, const float* D, int64_t b,
                                                 int64_t bh, int64_t T, int64_t C, int h, int64_t q0) {
   load_rows<HS>(dOs, ld, dout + h * HS, C, b, T, q0);
@@ -366,145 +375,145 @@ __device__ __forceinline__ void load_query_rows(__nv_bfloat16* dOs, int ld, floa
 
 // A block per (64 keys, batch-head): dK and dV. Key tiles in index order: the first has the most
 // query tiles after it.
-template <int HS>
+template <int HS, typename E>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_keys_kernel(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const float* lse,
                                const float* D, int64_t B, int64_t T, int64_t C, int NH, float scale) {
-#if PT_FLASH_TENSOR_CORES
-  using L = BackwardLayout<HS>;
-  extern __shared__ __align__(128) unsigned char smem[];
-  auto* Ks = reinterpret_cast<__nv_bfloat16*>(smem + L::kA);
-  auto* Vs = reinterpret_cast<__nv_bfloat16*>(smem + L::kB);
-  auto* Qs = reinterpret_cast<__nv_bfloat16*>(smem + L::kC);
-  auto* dOs = reinterpret_cast<__nv_bfloat16*>(smem + L::kD);
-  auto* Pt16 = reinterpret_cast<__nv_bfloat16*>(smem + L::kP16);
-  auto* dSt16 = reinterpret_cast<__nv_bfloat16*>(smem + L::kdS16);
-  auto* index = reinterpret_cast<float*>(smem + L::kIndex);
-  auto* lse_s = reinterpret_cast<float*>(smem + L::kRowStats);
-  float* D_s = lse_s + kRows;
-  auto* stage = reinterpret_cast<float*>(smem + L::kAcc);
+  if constexpr (kHasBody<E>) {
+    using L = BackwardLayout<HS>;
+    extern __shared__ __align__(128) unsigned char smem[];
+    auto* Ks = reinterpret_cast<E*>(smem + L::kA);
+    auto* Vs = reinterpret_cast<E*>(smem + L::kB);
+    auto* Qs = reinterpret_cast<E*>(smem + L::kC);
+    auto* dOs = reinterpret_cast<E*>(smem + L::kD);
+    auto* Pt16 = reinterpret_cast<E*>(smem + L::kP16);
+    auto* dSt16 = reinterpret_cast<E*>(smem + L::kdS16);
+    auto* index = reinterpret_cast<float*>(smem + L::kIndex);
+    auto* lse_s = reinterpret_cast<float*>(smem + L::kRowStats);
+    float* D_s = lse_s + kRows;
+    auto* stage = reinterpret_cast<float*>(smem + L::kAcc);
 
-  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kKeys;
-  const int64_t bh = blockIdx.y, b = bh / NH;
-  const int h = static_cast<int>(bh % NH);
-  const int warp = threadIdx.x / 32;
+    const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kKeys;
+    const int64_t bh = blockIdx.y, b = bh / NH;
+    const int h = static_cast<int>(bh % NH);
+    const int warp = threadIdx.x / 32;
 
-  load_tile<HS>(Ks, L::kLdT, qkv, b, T, C, h, 1, k0);
-  load_tile<HS>(Vs, L::kLdT, qkv, b, T, C, h, 2, k0);
-  ElementIndex::fill(index);
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> dK[HS / 16], dV[HS / 16];
-  for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dK[n], 0.0f), wmma::fill_fragment(dV[n], 0.0f);
-  __syncthreads();
-  RowOperand<HS> k_rows, v_rows;  // the warp's keys and values, for every query tile
-  k_rows.init(Ks, L::kLdT, warp);
-  v_rows.init(Vs, L::kLdT, warp);
-  ElementIndex at;
-  at.load(index);
-
-  for (int64_t q0 = k0; q0 < T; q0 += kRows) {  // query tiles from the diagonal (kRows == kKeys)
-    __syncthreads();  // the previous tile's products are done with Q, dO, P^T, dS^T
-    load_tile<HS>(Qs, L::kLdT, qkv, b, T, C, h, 0, q0);
-    load_query_rows<HS>(dOs, L::kLdT, lse_s, D_s, dout, lse, D, b, bh, T, C, h, q0);
+    load_tile<HS>(Ks, L::kLdT, qkv, b, T, C, h, 1, k0);
+    load_tile<HS>(Vs, L::kLdT, qkv, b, T, C, h, 2, k0);
+    ElementIndex::fill(index);
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> dK[HS / 16], dV[HS / 16];
+    for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dK[n], 0.0f), wmma::fill_fragment(dV[n], 0.0f);
     __syncthreads();
-    // The warp's keys i against 16 queries j at a time: S^T = K Q^T and dP^T = V dO^T in
-    // accumulators, then P^T and dS^T = P^T (dP^T - D) rounded to bf16 into shared memory.
-    for (int n = 0; n < kRows / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> st, dpt;
-      product_block<HS>(st, k_rows, Qs, L::kLdT, n);
-      product_block<HS>(dpt, v_rows, dOs, L::kLdT, n);
-      for (int e = 0; e < st.num_elements; ++e) {
-        const int i = warp * 16 + at.row_of(e), j = n * 16 + at.col_of(e);
-        const int64_t key = k0 + i, q = q0 + j;
-        float p = 0.0f, ds = 0.0f;
-        if (key <= q && q < T) {
-          p = expf(st.x[e] * scale - lse_s[j]);
-          ds = p * (dpt.x[e] - D_s[j]);
+    RowOperand<HS, E> k_rows, v_rows;  // the warp's keys and values, for every query tile
+    k_rows.init(Ks, L::kLdT, warp);
+    v_rows.init(Vs, L::kLdT, warp);
+    ElementIndex at;
+    at.load(index);
+
+    for (int64_t q0 = k0; q0 < T; q0 += kRows) {  // query tiles from the diagonal (kRows == kKeys)
+      __syncthreads();  // the previous tile's products are done with Q, dO, P^T, dS^T
+      load_tile<HS>(Qs, L::kLdT, qkv, b, T, C, h, 0, q0);
+      load_query_rows<HS>(dOs, L::kLdT, lse_s, D_s, dout, lse, D, b, bh, T, C, h, q0);
+      __syncthreads();
+      // The warp's keys i against 16 queries j at a time: S^T = K Q^T and dP^T = V dO^T in
+      // accumulators, then P^T and dS^T = P^T (dP^T - D) rounded to bf16 into shared memory.
+      for (int n = 0; n < kRows / 16; ++n) {
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> st, dpt;
+        product_block<HS>(st, k_rows, Qs, L::kLdT, n);
+        product_block<HS>(dpt, v_rows, dOs, L::kLdT, n);
+        for (int e = 0; e < st.num_elements; ++e) {
+          const int i = warp * 16 + at.row_of(e), j = n * 16 + at.col_of(e);
+          const int64_t key = k0 + i, q = q0 + j;
+          float p = 0.0f, ds = 0.0f;
+          if (key <= q && q < T) {
+            p = expf(st.x[e] * scale - lse_s[j]);
+            ds = p * (dpt.x[e] - D_s[j]);
+          }
+          Pt16[i * kLdP + j] = Operand<E>::round(p);
+          dSt16[i * kLdP + j] = Operand<E>::round(ds);
         }
-        Pt16[i * kLdP + j] = __float2bfloat16_rn(p);
-        dSt16[i * kLdP + j] = __float2bfloat16_rn(ds);
       }
+      __syncthreads();
+      accumulate_product<HS>(dV, Pt16, dOs, L::kLdT, warp);  // dV += P^T dO
+      accumulate_product<HS>(dK, dSt16, Qs, L::kLdT, warp);  // dK += dS^T Q
     }
+    __syncthreads();  // every warp is done with the tiles: the result is staged over them
+    store_rows<HS>(stage, L::kLdA, dK, warp);
     __syncthreads();
-    accumulate_product<HS>(dV, Pt16, dOs, L::kLdT, warp);  // dV += P^T dO
-    accumulate_product<HS>(dK, dSt16, Qs, L::kLdT, warp);  // dK += dS^T Q
-  }
-  __syncthreads();  // every warp is done with the tiles: the result is staged over them
-  store_rows<HS>(stage, L::kLdA, dK, warp);
-  __syncthreads();
-  add_tile<HS>(dqkv, stage, L::kLdA, scale, b, T, C, h, 1, k0);
-  __syncthreads();
-  store_rows<HS>(stage, L::kLdA, dV, warp);
-  __syncthreads();
-  add_tile<HS>(dqkv, stage, L::kLdA, 1.0f, b, T, C, h, 2, k0);
-#endif  // PT_FLASH_TENSOR_CORES
+    add_tile<HS, E>(dqkv, stage, L::kLdA, scale, b, T, C, h, 1, k0);
+    __syncthreads();
+    store_rows<HS>(stage, L::kLdA, dV, warp);
+    __syncthreads();
+    add_tile<HS, E>(dqkv, stage, L::kLdA, 1.0f, b, T, C, h, 2, k0);
+  }  // kHasBody<E>
 }
 
 // A block per (64 queries, batch-head): dQ; the last query tile first (last_tile_first).
-template <int HS>
+template <int HS, typename E>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_queries_kernel(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const float* lse,
                                   const float* D, int64_t B, int64_t T, int64_t C, int NH, float scale) {
-#if PT_FLASH_TENSOR_CORES
-  using L = BackwardLayout<HS>;
-  extern __shared__ __align__(128) unsigned char smem[];
-  auto* Qs = reinterpret_cast<__nv_bfloat16*>(smem + L::kA);
-  auto* dOs = reinterpret_cast<__nv_bfloat16*>(smem + L::kB);
-  auto* Ks = reinterpret_cast<__nv_bfloat16*>(smem + L::kC);
-  auto* Vs = reinterpret_cast<__nv_bfloat16*>(smem + L::kD);
-  auto* dS16 = reinterpret_cast<__nv_bfloat16*>(smem + L::kdS16);
-  auto* index = reinterpret_cast<float*>(smem + L::kIndex);
-  auto* lse_s = reinterpret_cast<float*>(smem + L::kRowStats);
-  float* D_s = lse_s + kRows;
-  auto* stage = reinterpret_cast<float*>(smem + L::kAcc);
+  if constexpr (kHasBody<E>) {
+    using L = BackwardLayout<HS>;
+    extern __shared__ __align__(128) unsigned char smem[];
+    auto* Qs = reinterpret_cast<E*>(smem + L::kA);
+    auto* dOs = reinterpret_cast<E*>(smem + L::kB);
+    auto* Ks = reinterpret_cast<E*>(smem + L::kC);
+    auto* Vs = reinterpret_cast<E*>(smem + L::kD);
+    auto* dS16 = reinterpret_cast<E*>(smem + L::kdS16);
+    auto* index = reinterpret_cast<float*>(smem + L::kIndex);
+    auto* lse_s = reinterpret_cast<float*>(smem + L::kRowStats);
+    float* D_s = lse_s + kRows;
+    auto* stage = reinterpret_cast<float*>(smem + L::kAcc);
 
-  const int64_t q0 = static_cast<int64_t>(last_tile_first()) * kRows;
-  const int64_t bh = blockIdx.y, b = bh / NH;
-  const int h = static_cast<int>(bh % NH);
-  const int warp = threadIdx.x / 32;
+    const int64_t q0 = static_cast<int64_t>(last_tile_first()) * kRows;
+    const int64_t bh = blockIdx.y, b = bh / NH;
+    const int h = static_cast<int>(bh % NH);
+    const int warp = threadIdx.x / 32;
 
-  load_tile<HS>(Qs, L::kLdT, qkv, b, T, C, h, 0, q0);
-  load_query_rows<HS>(dOs, L::kLdT, lse_s, D_s, dout, lse, D, b, bh, T, C, h, q0);
-  ElementIndex::fill(index);
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> dQ[HS / 16];
-  for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dQ[n], 0.0f);
-  __syncthreads();
-  RowOperand<HS> q_rows, do_rows;  // the warp's queries and their dO, for every key tile
-  q_rows.init(Qs, L::kLdT, warp);
-  do_rows.init(dOs, L::kLdT, warp);
-  ElementIndex at;
-  at.load(index);
-
-  const int64_t key_end = q0 + kRows < T ? q0 + kRows : T;
-  for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
-    __syncthreads();  // the previous tile's dS K is done with K, dS
-    load_tile<HS>(Ks, L::kLdT, qkv, b, T, C, h, 1, k0);
-    load_tile<HS>(Vs, L::kLdT, qkv, b, T, C, h, 2, k0);
+    load_tile<HS>(Qs, L::kLdT, qkv, b, T, C, h, 0, q0);
+    load_query_rows<HS>(dOs, L::kLdT, lse_s, D_s, dout, lse, D, b, bh, T, C, h, q0);
+    ElementIndex::fill(index);
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> dQ[HS / 16];
+    for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dQ[n], 0.0f);
     __syncthreads();
-    // The warp's queries i against 16 keys j at a time: S = Q K^T and dP = dO V^T in
-    // accumulators, then dS = P (dP - D) rounded to bf16 into shared memory.
-    for (int n = 0; n < kKeys / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> sf, dpf;
-      product_block<HS>(sf, q_rows, Ks, L::kLdT, n);
-      product_block<HS>(dpf, do_rows, Vs, L::kLdT, n);
-      for (int e = 0; e < sf.num_elements; ++e) {
-        const int i = warp * 16 + at.row_of(e), j = n * 16 + at.col_of(e);
-        const int64_t q = q0 + i, key = k0 + j;
-        float ds = 0.0f;
-        if (key <= q && q < T) {
-          const float p = expf(sf.x[e] * scale - lse_s[i]);
-          ds = p * (dpf.x[e] - D_s[i]);
+    RowOperand<HS, E> q_rows, do_rows;  // the warp's queries and their dO, for every key tile
+    q_rows.init(Qs, L::kLdT, warp);
+    do_rows.init(dOs, L::kLdT, warp);
+    ElementIndex at;
+    at.load(index);
+
+    const int64_t key_end = q0 + kRows < T ? q0 + kRows : T;
+    for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
+      __syncthreads();  // the previous tile's dS K is done with K, dS
+      load_tile<HS>(Ks, L::kLdT, qkv, b, T, C, h, 1, k0);
+      load_tile<HS>(Vs, L::kLdT, qkv, b, T, C, h, 2, k0);
+      __syncthreads();
+      // The warp's queries i against 16 keys j at a time: S = Q K^T and dP = dO V^T in
+      // accumulators, then dS = P (dP - D) rounded to bf16 into shared memory.
+      for (int n = 0; n < kKeys / 16; ++n) {
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> sf, dpf;
+        product_block<HS>(sf, q_rows, Ks, L::kLdT, n);
+        product_block<HS>(dpf, do_rows, Vs, L::kLdT, n);
+        for (int e = 0; e < sf.num_elements; ++e) {
+          const int i = warp * 16 + at.row_of(e), j = n * 16 + at.col_of(e);
+          const int64_t q = q0 + i, key = k0 + j;
+          float ds = 0.0f;
+          if (key <= q && q < T) {
+            const float p = expf(sf.x[e] * scale - lse_s[i]);
+            ds = p * (dpf.x[e] - D_s[i]);
+          }
+          dS16[i * kLdP + j] = Operand<E>::round(ds);
         }
-        dS16[i * kLdP + j] = __float2bfloat16_rn(ds);
       }
+      __syncthreads();
+      accumulate_product<HS>(dQ, dS16, Ks, L::kLdT, warp);  // dQ += dS K
     }
+    __syncthreads();  // every warp is done with the tiles: the result is staged over them
+    store_rows<HS>(stage, L::kLdA, dQ, warp);
     __syncthreads();
-    accumulate_product<HS>(dQ, dS16, Ks, L::kLdT, warp);  // dQ += dS K
-  }
-  __syncthreads();  // every warp is done with the tiles: the result is staged over them
-  store_rows<HS>(stage, L::kLdA, dQ, warp);
-  __syncthreads();
-  add_tile<HS>(dqkv, stage, L::kLdA, scale, b, T, C, h, 0, q0);
-#endif  // PT_FLASH_TENSOR_CORES
+    add_tile<HS, E>(dqkv, stage, L::kLdA, scale, b, T, C, h, 0, q0);
+  }  // kHasBody<E>
 }
 
 }  // namespace

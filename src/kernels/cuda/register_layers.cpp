@@ -5,8 +5,8 @@
 // (conv.h). The attention is PARATRAIN_CUDA_ATTENTION's form:
 //   gemm (the default): batched f32 GEMMs over every head (kernels/attention_by_gemm.h);
 //   gemm-bf16: the same, bf16 with bf16 products on tensor cores;
-//   flash: bf16 by the fused flash kernels on tensor cores (flash_attention.cu; shapes they
-//     do not take run as gemm, the CPU's rounding), f32 as gemm;
+//   flash: bf16 and f16 by the fused flash kernels on tensor cores (flash_attention.cu; shapes
+//     and GPUs they do not take run as gemm, the CPU's rounding), f32 as gemm;
 //   tiles: attention.cu's one-kernel f32 tiles.
 // softmax_row_max and softmax_row_exp_sum return a host float per row and have no CUDA
 // kernel (NoKernelError).
@@ -32,20 +32,22 @@ void gemm_attention_backward(void* dqkv, const void* dout, const void* qkv, cons
   attention_by_gemm_backward<Device::CUDA, T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH, 0, Half);
 }
 
-// The flash kernels in the bf16 tables' signatures; what they do not take (head size, C,
-// alignment: layers.h) runs as the GEMM attention with f32 products, within the CPU's
-// contract, whose lse (the same rows) either backward reads.
+// The flash kernels in the bf16 and f16 tables' signatures; what they do not take (head size,
+// C, alignment, the GPU: layers.h) runs as the GEMM attention with f32 products, within the
+// CPU's contract, whose lse (the same rows) either backward reads.
+template <DType T>
 void flash_attention_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
-  if (!attention_forward_flash_bf16(static_cast<uint16_t*>(out), static_cast<float*>(lse),
-                                    static_cast<const uint16_t*>(qkv), B, Tn, C, NH))
-    gemm_attention_forward<DType::BF16>(out, lse, qkv, B, Tn, C, NH);
+  if (!attention_forward_flash(T, static_cast<uint16_t*>(out), static_cast<float*>(lse),
+                               static_cast<const uint16_t*>(qkv), B, Tn, C, NH))
+    gemm_attention_forward<T>(out, lse, qkv, B, Tn, C, NH);
 }
+template <DType T>
 void flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
                               int64_t B, int64_t Tn, int64_t C, int64_t NH) {
-  if (!attention_backward_flash_bf16(static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout),
-                                     static_cast<const uint16_t*>(qkv), static_cast<const uint16_t*>(out),
-                                     static_cast<const float*>(lse), B, Tn, C, NH))
-    gemm_attention_backward<DType::BF16>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
+  if (!attention_backward_flash(T, static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout),
+                                static_cast<const uint16_t*>(qkv), static_cast<const uint16_t*>(out),
+                                static_cast<const float*>(lse), B, Tn, C, NH))
+    gemm_attention_backward<T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
 }
 
 // PARATRAIN_CUDA_ATTENTION: which attention the tables hold.
@@ -76,16 +78,18 @@ void register_layer_kernels(Registry& r) {
   r.crossentropy_backward.set(G, BF, erase<&cuda::crossentropy_backward_bf16>);
   r.crossentropy_forward.set(G, H, erase<&cuda::crossentropy_forward_f16>);
   r.crossentropy_backward.set(G, H, erase<&cuda::crossentropy_backward_f16>);
-  // f16 (--precision fp16) in every form: the GEMM attention, f32 products (the flash and
-  // tiles kernels are bf16 and f32 only).
+  // f16 (--precision fp16): the flash kernels where the form is flash, else the GEMM
+  // attention with f32 products (the tiles kernels are bf16 and f32 only).
   r.attention_forward.set(G, H, &gemm_attention_forward<H>);
   r.attention_backward.set(G, H, &gemm_attention_backward<H>);
   switch (attention_form()) {
     case AttentionForm::kFlash:
       r.attention_forward.set(G, F, &gemm_attention_forward<F>);
-      r.attention_forward.set(G, BF, &flash_attention_forward);
+      r.attention_forward.set(G, BF, &flash_attention_forward<BF>);
+      r.attention_forward.set(G, H, &flash_attention_forward<H>);
       r.attention_backward.set(G, F, &gemm_attention_backward<F>);
-      r.attention_backward.set(G, BF, &flash_attention_backward);
+      r.attention_backward.set(G, BF, &flash_attention_backward<BF>);
+      r.attention_backward.set(G, H, &flash_attention_backward<H>);
       break;
     case AttentionForm::kTiles:
       r.attention_forward.set(G, F, erase<&cuda::attention_forward>);
