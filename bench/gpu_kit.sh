@@ -19,7 +19,8 @@
 #                                      SKIP_BUILD=1 bench/gpu_check.sh on the kit's build;
 #                                      with OUT set (the device tool's folder) it copies the
 #                                      run's logs to $OUT/gpu-check.
-# gpu_check.sh's variables (STEPS, CTEST_J, CTEST_TIMEOUT, ...) pass through `run`.
+# gpu_check.sh's variables (STEPS, CTEST_J, CTEST_TIMEOUT, TESTS_BUDGET_S, ...) pass through `run`;
+# CHECK_BUDGET_S (seconds) stops gpu_check.sh there, and the logs are still copied.
 # Exits 2 on bad usage or a missing piece, else gpu_check.sh's status.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -92,7 +93,10 @@ run() {
   missing=$(ldd "$build/bin/paratrain" | awk '/not found/{print $1}')
   [ -z "$missing" ] || die "libraries not found on this machine: $missing"
   local rc=0
-  SKIP_BUILD=1 bash "$ROOT/bench/gpu_check.sh" "$build" || rc=$?
+  # CHECK_BUDGET_S (seconds, unset: none) ends the check there, so that the logs below are still
+  # copied when the device tool's limit would kill the whole command first.
+  SKIP_BUILD=1 ${CHECK_BUDGET_S:+timeout "$CHECK_BUDGET_S"} bash "$ROOT/bench/gpu_check.sh" "$build" || rc=$?
+  [ "$rc" -eq 124 ] && echo "gpu_kit.sh: the check was stopped at CHECK_BUDGET_S=$CHECK_BUDGET_S s"
   # Under the device tool, whose reply keeps only the output's tail: every log of the run
   # (the GPU tests', each training run's, the kernel and metrics tables) comes back in $OUT.
   if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
