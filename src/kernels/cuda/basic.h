@@ -33,7 +33,9 @@ template <DType T>
 void gemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
                   int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c);
-// bf16 A and B, f32 C (registry.h gemm_batched_to_f32; the CPU's gemm_batched_bf16).
+// T (bf16 or f16) A and B, f32 C: the products on tensor cores, exact in the f32 accumulator
+// (registry.h gemm_batched_to_f32 for bf16, the CPU's gemm_batched_bf16; conv2d's halves).
+template <DType T>
 void gemm_batched_to_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void* A,
                          int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc, int64_t batch,
                          int64_t stride_a, int64_t stride_b, int64_t stride_c);

@@ -1,6 +1,6 @@
 // The CUDA conv2d and max-pool host entry points (kernels/cuda/conv.h): size checks, scratch
-// from the GPU's caching allocator, the chunk loop and the f32 cuBLASLt GEMMs around the
-// device passes of conv_kernels.cu.
+// from the GPU's caching allocator, the chunk loop and the cuBLASLt GEMMs (f32, or bf16/f16
+// operands on tensor cores with f32 accumulation) around the device passes of conv_kernels.cu.
 #include "kernels/cuda/conv.h"
 
 #include <algorithm>
@@ -39,8 +39,21 @@ int64_t chunk_images(const Geom& g, int64_t N) {
   return std::max<int64_t>(1, std::min<int64_t>(N, kChunkBudget / per_image));
 }
 
-// f32 scratch on the current GPU (the caching allocator; stream-ordered reuse).
-Tensor scratch(int64_t n) { return Tensor::empty({n}, DType::F32, Device::CUDA); }
+// Scratch on the current GPU (the caching allocator; stream-ordered reuse), f32 unless said.
+Tensor scratch(int64_t n, DType dtype = DType::F32) { return Tensor::empty({n}, dtype, Device::CUDA); }
+
+// C (f32, M x N, row stride ldc) = A op(B) + beta C, A and B of dtype T. The halves' products
+// run on tensor cores into an f32 accumulator, where each product of two half values is exact,
+// so the sums are those of the f32 path on widened values, added in cuBLASLt's order.
+template <DType T>
+void gemm_into_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, const void* B,
+                   int64_t ldb, float beta, float* C, int64_t ldc) {
+  if constexpr (T == DType::F32) {
+    gemm<DType::F32>(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+  } else {
+    gemm_batched_to_f32<T>(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, 1, 0, 0, 0);
+  }
+}
 
 // `x` (n elements of T) as f32: x itself for F32, else widened into `holder`.
 template <DType T>
@@ -53,10 +66,6 @@ float* as_f32(void* x, int64_t n, Tensor& holder) {
     return holder.data<float>();
   }
 }
-template <DType T>
-const float* as_f32(const void* x, int64_t n, Tensor& holder) {
-  return as_f32<T>(const_cast<void*>(x), n, holder);
-}
 
 // Rounds the f32 accumulator `acc` back into x (n elements of T) when it is a widened copy.
 template <DType T>
@@ -66,6 +75,8 @@ void narrow_back(void* x, const float* acc, int64_t n) {
 
 }  // namespace
 
+// The GEMMs take the chunk's im2col columns and the channel-major dout in T itself (f32, or
+// the half type on tensor cores) and accumulate in f32.
 template <DType T>
 void conv2d_forward(void* out, const void* inp, const void* weight, const void* bias, int64_t N, int64_t Ci,
                     int64_t H, int64_t W, int64_t Co, int64_t K, int64_t stride, int64_t pad) {
@@ -73,13 +84,11 @@ void conv2d_forward(void* out, const void* inp, const void* weight, const void* 
   if (N == 0) return;
   const int64_t R = g.rows(), L = g.cols(), nb = chunk_images(g, N);
   const int64_t es = static_cast<int64_t>(dtype_size(T));
-  Tensor w_holder;
-  const float* w = as_f32<T>(weight, Co * R, w_holder);
-  Tensor col = scratch(R * nb * L), cm = scratch(Co * nb * L);
+  Tensor col = scratch(R * nb * L, T), cm = scratch(Co * nb * L);
   for (int64_t n0 = 0; n0 < N; n0 += nb) {
     const int64_t cnt = std::min(nb, N - n0);
-    conv_detail::im2col<T>(col.data<float>(), static_cast<const char*>(inp) + n0 * Ci * H * W * es, cnt, g);
-    gemm<DType::F32>(false, false, Co, cnt * L, R, 1.0f, w, R, col.data<float>(), cnt * L, 0.0f, cm.data<float>(),
+    conv_detail::im2col<T, T>(col.data_ptr(), static_cast<const char*>(inp) + n0 * Ci * H * W * es, cnt, g);
+    gemm_into_f32<T>(false, false, Co, cnt * L, R, weight, R, col.data_ptr(), cnt * L, 0.0f, cm.data<float>(),
                      cnt * L);
     conv_detail::out_from_channel_major<T>(static_cast<char*>(out) + n0 * Co * L * es, cm.data<float>(), bias, cnt,
                                            Co, L);
@@ -95,24 +104,24 @@ void conv2d_backward(void* dinp, void* dweight, void* dbias, const void* dout, c
   if (dbias) conv_detail::bias_grad<T>(dbias, dout, N, Co, L);
   if ((!dinp && !dweight) || N == 0) return;
   const int64_t nb = chunk_images(g, N), es = static_cast<int64_t>(dtype_size(T));
-  Tensor w_holder, dw_holder;
-  const float* w = dinp ? as_f32<T>(weight, Co * R, w_holder) : nullptr;
+  Tensor dw_holder;
   float* dw = dweight ? as_f32<T>(dweight, Co * R, dw_holder) : nullptr;  // accumulates across chunks
-  Tensor col = scratch(R * nb * L), cm = scratch(Co * nb * L);
+  Tensor col = scratch(R * nb * L, T), cm = scratch(Co * nb * L, T);
+  // dcol, f32 for col2im: for f32 it reuses col (the dweight GEMM reading col is queued before
+  // on the same stream); the halves' col is in their type, so dcol is its own buffer.
+  Tensor dcol = !dinp ? Tensor() : T == DType::F32 ? col : scratch(R * nb * L);
   for (int64_t n0 = 0; n0 < N; n0 += nb) {
     const int64_t cnt = std::min(nb, N - n0);
-    conv_detail::channel_major_from<T>(cm.data<float>(), static_cast<const char*>(dout) + n0 * Co * L * es, cnt, Co,
-                                       L);
+    conv_detail::channel_major_from<T, T>(cm.data_ptr(), static_cast<const char*>(dout) + n0 * Co * L * es, cnt, Co,
+                                          L);
     if (dweight) {
-      conv_detail::im2col<T>(col.data<float>(), static_cast<const char*>(inp) + n0 * Ci * H * W * es, cnt, g);
-      gemm<DType::F32>(false, true, Co, R, cnt * L, 1.0f, cm.data<float>(), cnt * L, col.data<float>(), cnt * L,
-                       1.0f, dw, R);
+      conv_detail::im2col<T, T>(col.data_ptr(), static_cast<const char*>(inp) + n0 * Ci * H * W * es, cnt, g);
+      gemm_into_f32<T>(false, true, Co, R, cnt * L, cm.data_ptr(), cnt * L, col.data_ptr(), cnt * L, 1.0f, dw, R);
     }
     if (dinp) {
-      // dcol reuses col: the dweight GEMM above is queued before on the same stream.
-      gemm<DType::F32>(true, false, R, cnt * L, Co, 1.0f, w, R, cm.data<float>(), cnt * L, 0.0f, col.data<float>(),
+      gemm_into_f32<T>(true, false, R, cnt * L, Co, weight, R, cm.data_ptr(), cnt * L, 0.0f, dcol.data<float>(),
                        cnt * L);
-      conv_detail::col2im_add<T>(static_cast<char*>(dinp) + n0 * Ci * H * W * es, col.data<float>(), cnt, g);
+      conv_detail::col2im_add<T>(static_cast<char*>(dinp) + n0 * Ci * H * W * es, dcol.data<float>(), cnt, g);
     }
   }
   if (dweight) narrow_back<T>(dweight, dw, Co * R);

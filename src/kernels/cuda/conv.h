@@ -8,16 +8,18 @@
 // pointer is a device pointer of the current GPU in dtype T (argmax int32); sizes are host
 // values, checked as the CPU checks them (InputError, before anything is queued).
 //
-// How: conv2d is im2col + one f32 cuBLASLt GEMM per chunk of images (the images of a chunk
-// side by side: out (Co, cnt*Ho*Wo) = weight (Co, Ci*K*K) @ col (Ci*K*K, cnt*Ho*Wo)), then a
-// pass that puts the result in (N,Co,Ho,Wo) order and adds the bias. Backward: dout goes to
-// channel-major order, dweight += dout_cm @ col^T (one GEMM per chunk, K = cnt*Ho*Wo), dcol =
-// weight^T @ dout_cm, and col2im gathers each input element's taps into dinp (no atomics);
-// dbias is a per-channel block reduction. Half types run the same f32 path on widened
-// values (no tensor cores: the CPU's promise). Scratch (col, the channel-major copy, the
-// widened weight and dweight) comes from the GPU's caching allocator, about 64 MiB at most
-// per buffer (chunks are sized to it), and is released at return: the stream-ordered reuse
-// keeps it valid for the queued work.
+// How: conv2d is im2col + one cuBLASLt GEMM per chunk of images (the images of a chunk side
+// by side: out (Co, cnt*Ho*Wo) = weight (Co, Ci*K*K) @ col (Ci*K*K, cnt*Ho*Wo)) into f32, then
+// a pass that puts the result in (N,Co,Ho,Wo) order, adds the bias and rounds. Backward: dout
+// goes to channel-major order, dweight += dout_cm @ col^T (one GEMM per chunk, K =
+// cnt*Ho*Wo), dcol (f32) = weight^T @ dout_cm, and col2im gathers each input element's taps
+// into dinp (no atomics); dbias is a per-channel block reduction. f32 GEMMs are exact f32 (no
+// TF32). Half types keep col, dout_cm and the weight in their type and multiply on tensor
+// cores into f32 (each product of two half values is exact there, so the sums are the f32
+// kernel's on the widened operands in another order), and round once. Scratch (col, the
+// channel-major copy, dcol, the widened dweight) comes from the GPU's caching allocator, about
+// 64 MiB at most per buffer (chunks are sized to it), and is released at return: the
+// stream-ordered reuse keeps it valid for the queued work.
 // max-pool: one thread per output scans its window as the CPU's general loop does (same
 // argmax, ties and NaN rules); the backward runs one thread per (n, c) plane adding its
 // outputs in the CPU's order, so f32 results are the CPU's bit for bit (halves: the plane is

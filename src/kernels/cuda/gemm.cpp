@@ -15,8 +15,8 @@
 //  - K == 0: C = beta C by a kernel; M == 0, N == 0 or batch == 0: nothing.
 //  - gemm_batched with a 0 stride for A or B (a matrix shared by the batch) runs one GEMM
 //    per matrix; otherwise one strided-batched cuBLASLt call.
-//  - gemm_batched_to_f32: bf16 A and B, f32 C (cuBLASLt's C/D type CUDA_R_32F; the products
-//    of bf16 values are exact in the f32 accumulator), otherwise as gemm_batched.
+//  - gemm_batched_to_f32: bf16 or f16 A and B, f32 C (cuBLASLt's C/D type CUDA_R_32F; the
+//    products of half values are exact in the f32 accumulator), otherwise as gemm_batched.
 //  - gemm_bias: the plan carries CUBLASLT_EPILOGUE_BIAS (the bias in the output's type, added
 //    to the f32 accumulator before the one rounding); the bias pointer is a descriptor
 //    attribute, so it is set and the GEMM enqueued under the cache's mutex. A bias not 16-byte
@@ -290,10 +290,12 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   run<T>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, batch, stride_a, stride_b, stride_c);
 }
 
+template <DType T>
 void gemm_batched_to_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void* A,
                          int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc, int64_t batch,
                          int64_t stride_a, int64_t stride_b, int64_t stride_c) {
-  constexpr DType T = DType::BF16, F = DType::F32;
+  static_assert(T == DType::BF16 || T == DType::F16, "half operands");
+  constexpr DType F = DType::F32;
   check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc, "gemm_batched_to_f32");
   if (batch < 0) PT_THROW(InputError, "gemm_batched_to_f32: negative batch ", batch);
   if (batch > INT_MAX) PT_THROW(InputError, "gemm_batched_to_f32: batch ", batch, " is above ", INT_MAX);
@@ -344,5 +346,11 @@ PT_INST(DType::F32)
 PT_INST(DType::BF16)
 PT_INST(DType::F16)
 #undef PT_INST
+template void gemm_batched_to_f32<DType::BF16>(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t,
+                                               const void*, int64_t, float, void*, int64_t, int64_t, int64_t, int64_t,
+                                               int64_t);
+template void gemm_batched_to_f32<DType::F16>(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t,
+                                              const void*, int64_t, float, void*, int64_t, int64_t, int64_t, int64_t,
+                                              int64_t);
 
 }  // namespace paratrain::kernels::cuda

@@ -18,7 +18,7 @@ void register_basic_kernels(Registry& r) {
   PT_CUDA_ALL(gemm_batched);
   PT_CUDA_ALL(gemm_bias);
   PT_CUDA_ALL(gemm_bias_gelu);
-  r.gemm_batched_to_f32.set(G, DType::BF16, &cuda::gemm_batched_to_f32);
+  r.gemm_batched_to_f32.set(G, DType::BF16, &cuda::gemm_batched_to_f32<DType::BF16>);
   PT_CUDA_ALL(fill);
   PT_CUDA_ALL(copy);
   PT_CUDA_ALL(add);
