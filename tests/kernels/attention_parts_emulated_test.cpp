@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/cuda_emulation.h"
+#include "kernels/emulated_elements.h"
 #include "kernels/test_util.h"
 #include "kernels/cuda/attention_parts_kernels.cuh"
 #include "paratrain/kernels/cpu/attention_parts.h"
@@ -31,26 +32,9 @@ using paratrain::kernels::cpu::testing::uniform;
 
 constexpr unsigned kThreads = 256;  // attention_parts.cu's block
 
-// The element rules of the emulated kernels: the CPU's conversions (tensor/dtype.h), and the
-// dtype whose CPU pieces (the registry's tables) they are checked against.
-struct F32 {
-  using S = float;
-  static constexpr paratrain::DType kType = paratrain::DType::F32;
-  static float load(float v) { return v; }
-  static float store(float f) { return f; }
-};
-struct BF16 {
-  using S = uint16_t;
-  static constexpr paratrain::DType kType = paratrain::DType::BF16;
-  static float load(uint16_t v) { return paratrain::bf16_to_f32(v); }
-  static uint16_t store(float f) { return paratrain::f32_to_bf16(f); }
-};
-struct F16 {
-  using S = uint16_t;
-  static constexpr paratrain::DType kType = paratrain::DType::F16;
-  static float load(uint16_t v) { return paratrain::f16_to_f32(v); }
-  static uint16_t store(float f) { return paratrain::f32_to_f16(f); }
-};
+using paratrain::kernels::emulated::BF16;
+using paratrain::kernels::emulated::F16;
+using paratrain::kernels::emulated::F32;
 
 template <typename T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
