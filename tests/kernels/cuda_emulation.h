@@ -2,8 +2,12 @@
 // (kernels/cuda/*_kernels.cuh, flash_attention_kernel.cuh), so that their tests run the
 // kernels' own code on every machine: every CUDA thread of a block is a host thread,
 // __syncthreads a barrier over the block, __shfl_xor_sync an exchange through memory between
-// two barriers (so every thread of the block must reach it, as the kernels' uniform loops do),
-// and launch() runs a grid's blocks one after another on one set of host threads.
+// two barriers of the thread's warp (32 consecutive threads of the block in x-major order, as
+// CUDA forms them; every lane of a warp must reach it, as CUDA's full mask requires, while a
+// warp that has returned leaves the others alone), and launch() runs a grid's blocks one after
+// another on one set of host threads, the block 1-D or 2-D (threadIdx.x, .y).
+// A kernel's `__shared__` arrays must be `static __shared__` (valid CUDA) to be one per block
+// here; `extern __shared__` memory is the includer's (one block at a time).
 // launch_serial() runs every thread of every block in turn on the calling thread: much faster,
 // and right for a kernel whose threads never wait for each other (no __syncthreads, no
 // shuffles: reaching either there aborts).
@@ -14,7 +18,10 @@
 // Blocks of at most 1024 threads. Not thread-safe: one launch at a time.
 #pragma once
 
+#include <algorithm>
 #include <barrier>
+#include <memory>
+#include <utility>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -45,11 +52,15 @@ inline void __syncthreads() {
   g_bar->arrive_and_wait();
 }
 float g_xch[1024];
+std::vector<std::unique_ptr<std::barrier<>>> g_warp_bars;  // one per warp of the block
+inline unsigned linear_thread() { return threadIdx.y * blockDim.x + threadIdx.x; }
 inline float __shfl_xor_sync(unsigned, float v, int o) {
-  g_xch[threadIdx.x] = v;
-  __syncthreads();
-  float r = g_xch[threadIdx.x ^ o];
-  __syncthreads();
+  const unsigned t = linear_thread();
+  std::barrier<>& warp = *g_warp_bars.at(t / 32);
+  g_xch[t] = v;
+  warp.arrive_and_wait();
+  float r = g_xch[t ^ static_cast<unsigned>(o)];
+  warp.arrive_and_wait();
   return r;
 }
 struct uint4 { uint32_t x, y, z, w; };
@@ -65,15 +76,20 @@ inline float to_float(__half x) { return paratrain::f16_to_f32(x.bits); }
 // host threads run every block in turn, with a barrier between blocks (which share memory
 // that stands for the block's shared memory).
 template <typename F>
-void launch(unsigned gx, unsigned gy, unsigned block, F&& f) {
+void launch(unsigned gx, unsigned gy, Dim block_dim, F&& f) {
+  const unsigned block = block_dim.x * (block_dim.y ? block_dim.y : 1);
   std::barrier<> bar(block);
   g_bar = &bar;
-  blockDim.x = block;
+  g_warp_bars.clear();
+  for (unsigned w = 0; w * 32 < block; ++w)
+    g_warp_bars.push_back(std::make_unique<std::barrier<>>(std::min(32u, block - w * 32)));
+  blockDim = block_dim;
+  if (!blockDim.y) blockDim.y = 1;
   gridDim.x = gx, gridDim.y = gy;
   std::vector<std::thread> ts;
   for (unsigned t = 0; t < block; ++t)
     ts.emplace_back([&, t] {
-      threadIdx.x = t;
+      threadIdx.x = t % blockDim.x, threadIdx.y = t / blockDim.x;
       for (unsigned by = 0; by < gy; ++by)
         for (unsigned bx = 0; bx < gx; ++bx) {
           blockIdx.x = bx, blockIdx.y = by;
@@ -84,11 +100,17 @@ void launch(unsigned gx, unsigned gy, unsigned block, F&& f) {
   for (auto& th : ts) th.join();
   g_bar = nullptr;
 }
+template <typename F>
+void launch(unsigned gx, unsigned gy, unsigned block, F&& f) {
+  launch(gx, gy, Dim{block, 1, 1}, std::forward<F>(f));
+}
 
 template <typename F>
 void launch_serial(unsigned gx, unsigned gy, unsigned block, F&& f) {
   g_bar = nullptr;
-  blockDim.x = block;
+  g_warp_bars.clear();  // a shuffle here throws (no warp to exchange with)
+  blockDim = Dim{block, 1, 1};
+  threadIdx.y = 0;
   gridDim.x = gx, gridDim.y = gy;
   for (unsigned by = 0; by < gy; ++by)
     for (unsigned bx = 0; bx < gx; ++bx)
