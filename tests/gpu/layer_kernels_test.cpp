@@ -633,6 +633,24 @@ TEST(CudaLayerKernels, FlashSharedMemoryAndDtypes) {
   EXPECT_THROW(cuda::attention_backward_flash(DType::F32, buf, buf, buf, buf, lse, 1, 1, 64, 1), InputError);
 }
 
+// Why the flash kernels do not take an attention, in words (what PARATRAIN_CUDA_ATTENTION=flash
+// warns once before running it as gemm): the shapes they never take without asking a GPU
+// (this part runs without one), the buffers' alignment and the GPU on one.
+TEST(CudaLayerKernels, FlashSaysWhyItDoesNotTakeAnAttention) {
+  alignas(16) uint16_t buf[16] = {};
+  EXPECT_EQ(cuda::flash_attention_refusal(kBF16, 2, 10, 2 * 80, 2, buf), "head size 80 (they take 32, 64 and 128)");
+  EXPECT_EQ(cuda::flash_attention_refusal(DType::F16, 70000, 10, 64, 1, buf),
+            "B * NH = 70000, more than one launch takes (65535)");
+  EXPECT_THROW(cuda::flash_attention_refusal(kF32, 1, 10, 64, 1, buf), InputError);
+  PT_REQUIRE_GPU();
+  for (const DType dt : {kBF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    EXPECT_EQ(cuda::flash_attention_refusal(dt, 2, 10, 128, 2, buf), "") << "head size 64 on an Ampere or newer GPU";
+    EXPECT_EQ(cuda::flash_attention_refusal(dt, 2, 10, 128, 2, buf + 1), "qkv is not 16-byte aligned");
+    EXPECT_EQ(cuda::flash_attention_refusal(dt, 2, 10, 128, 2, buf, buf + 3), "dout is not 16-byte aligned");
+  }
+}
+
 // The flash backward has one writer per element of dqkv (no atomics): two runs give the same
 // bits, and so does the forward; bf16 and f16.
 TEST(CudaLayerKernels, FlashAttentionIsTheSameBitsEveryRun) {

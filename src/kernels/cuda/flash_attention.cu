@@ -13,6 +13,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <utility>
 #include <type_traits>
 
 #include "kernels/cuda/launch.h"
@@ -86,7 +89,7 @@ struct FlashDevice {
   }
 };
 
-// f(std::integral_constant<int, HS>) for a head size handled() takes.
+// f(std::integral_constant<int, HS>) for a head size refusal() takes.
 template <typename F>
 void with_head_size(int64_t hs, F&& f) {
   switch (hs) {
@@ -101,13 +104,32 @@ constexpr int64_t shared_bytes() {
   return std::max(flash::Layout<HS>::kBytes, flash::BackwardLayout<HS>::kBytes);
 }
 
-// The shapes and GPUs the kernels on E take (sizes already checked).
+// Why the kernels on E do not take these sizes on the current GPU, "" when they do (sizes
+// already checked): the shapes first, so that a shape they never take needs no GPU to say so.
 template <typename E>
-bool handled(int64_t B, int64_t T, int64_t C, int64_t NH) {
+std::string refusal(int64_t B, int64_t T, int64_t C, int64_t NH) {
+  using paratrain::detail::concat;
   const int64_t bytes = flash_attention_shared_bytes(C / NH);
+  if (bytes == 0) return concat("head size ", C / NH, " (they take 32, 64 and 128)");
+  if (B * NH > 65535) return concat("B * NH = ", B * NH, ", more than one launch takes (65535)");
+  if ((T + flash::kRows - 1) / flash::kRows > 0x7fffffff) return concat("T = ", T);
   const FlashDevice& device = detail::per_device<FlashDevice>();
-  return bytes > 0 && C % 8 == 0 && B * NH <= 65535 && (T + flash::kRows - 1) / flash::kRows <= 0x7fffffff &&
-         device.arch >= flash::Operand<E>::kMinArch && bytes <= device.max_shared;
+  const int dev = ::paratrain::cuda::current_device();
+  if (device.arch < flash::Operand<E>::kMinArch)
+    return concat("cuda:", dev, " is compute capability ", device.arch / 100, ".", device.arch / 10 % 10,
+                  ", and WMMA on ", flash::Operand<E>::kMinArch == 800 ? "bf16" : "f16", " needs ",
+                  flash::Operand<E>::kMinArch / 100, ".", flash::Operand<E>::kMinArch / 10 % 10);
+  if (bytes > device.max_shared)
+    return concat("head size ", C / NH, " needs ", bytes, " bytes of shared memory a block, and cuda:", dev,
+                  " gives ", device.max_shared);
+  return "";
+}
+
+// Why a buffer the kernels read in 16-byte vectors is not taken, "" when every one is aligned.
+std::string misaligned(std::initializer_list<std::pair<const char*, const void*>> buffers) {
+  for (const auto& [name, p] : buffers)
+    if (p && !aligned16(p)) return paratrain::detail::concat(name, " is not 16-byte aligned");
+  return "";
 }
 
 void check_sizes(int64_t B, int64_t T, int64_t C, int64_t NH, const char* who) {
@@ -165,12 +187,24 @@ int64_t flash_attention_shared_bytes(int64_t head_size) {
   }
 }
 
+std::string flash_attention_refusal(DType dtype, int64_t B, int64_t T, int64_t C, int64_t NH, const void* qkv,
+                                    const void* dout) {
+  check_sizes(B, T, C, NH, "flash_attention_refusal");
+  std::string why;
+  with_operand(dtype, "flash_attention_refusal", [&](auto e) {
+    why = refusal<decltype(e)>(B, T, C, NH);
+    if (why.empty()) why = misaligned({{"qkv", qkv}, {"dout", dout}});
+    return true;
+  });
+  return why;
+}
+
 bool attention_forward_flash(DType dtype, uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T,
                              int64_t C, int64_t NH) {
   check_sizes(B, T, C, NH, "attention_forward");
   return with_operand(dtype, "attention_forward", [&](auto e) {
     using E = decltype(e);
-    if (!handled<E>(B, T, C, NH) || !aligned16(qkv)) return false;
+    if (!refusal<E>(B, T, C, NH).empty() || !aligned16(qkv)) return false;
     if (B == 0 || T == 0) return true;
     with_head_size(C / NH, [&](auto hs) { launch<hs(), E>(out, lse, qkv, B, T, C, NH); });
     return true;
@@ -182,7 +216,7 @@ bool attention_backward_flash(DType dtype, uint16_t* dqkv, const uint16_t* dout,
   check_sizes(B, T, C, NH, "attention_backward");
   return with_operand(dtype, "attention_backward", [&](auto e) {
     using E = decltype(e);
-    if (!handled<E>(B, T, C, NH) || !aligned16(qkv) || !aligned16(dout) || !lse) return false;
+    if (!refusal<E>(B, T, C, NH).empty() || !aligned16(qkv) || !aligned16(dout) || !lse) return false;
     if (B == 0 || T == 0) return true;
     with_head_size(C / NH, [&](auto hs) { launch_backward<hs(), E>(dqkv, dout, qkv, out, lse, B, T, C, NH); });
     return true;

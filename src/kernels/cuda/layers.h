@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace paratrain::kernels::cuda {
 
@@ -66,6 +67,13 @@ void attention_backward_bf16(uint16_t* dqkv, const uint16_t* dout, const uint16_
 // The shared memory (bytes) a block of the flash kernels needs for a head size: the larger of
 // the forward's and the backward's; 0 for a head size they do not take.
 int64_t flash_attention_shared_bytes(int64_t head_size);
+// Why the flash kernels do not take this attention on the current GPU, in words ("head size 80
+// (they take 32, 64 and 128)", "cuda:0 is compute capability 7.5, and WMMA on bf16 needs
+// 8.0", "qkv is not 16-byte aligned", ...), or "" when they do. The shape is judged before the
+// GPU is asked, so a shape they never take needs no GPU. dout may be null (the forward).
+// InputError for bad sizes or a dtype other than bf16 and f16, as the kernels.
+std::string flash_attention_refusal(DType dtype, int64_t B, int64_t T, int64_t C, int64_t NH, const void* qkv,
+                                    const void* dout = nullptr);
 bool attention_forward_flash(DType dtype, uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T,
                              int64_t C, int64_t NH);
 // Its backward: dqkv += the gradient (rounded once per element), from dout, qkv, out and the

@@ -10,11 +10,16 @@
 //   tiles: attention.cu's one-kernel f32 tiles.
 // softmax_row_max and softmax_row_exp_sum return a host float per row and have no CUDA
 // kernel (NoKernelError).
+#include <mutex>
+#include <set>
+#include <string>
+
 #include "kernels/cuda/conv.h"
 #include "kernels/cuda/layers.h"
 #include "kernels/cuda/register.h"
 #include "paratrain/base/env.h"
 #include "paratrain/base/error.h"
+#include "paratrain/base/log.h"
 #include "paratrain/kernels/attention_by_gemm.h"
 
 namespace paratrain::kernels::cuda {
@@ -32,14 +37,30 @@ void gemm_attention_backward(void* dqkv, const void* dout, const void* qkv, cons
   attention_by_gemm_backward<Device::CUDA, T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH, 0, Half);
 }
 
+// PARATRAIN_CUDA_ATTENTION=flash asked for attention the flash kernels do not take: said once
+// per dtype and reason (a warning, not an error: that attention runs, as gemm).
+void warn_once_not_flash(DType dtype, const std::string& why) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  const std::string key = std::string(dtype_name(dtype)) + ": " + why;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!said.insert(key).second) return;
+  }
+  PT_LOG_WARN(kGeneral, "PARATRAIN_CUDA_ATTENTION=flash: the flash kernels do not take this ",
+              dtype_name(dtype), " attention (", why, "); it runs as gemm");
+}
+
 // The flash kernels in the bf16 and f16 tables' signatures; what they do not take (head size,
 // C, alignment, the GPU: layers.h) runs as the GEMM attention with f32 products, within the
 // CPU's contract, whose lse (the same rows) either backward reads.
 template <DType T>
 void flash_attention_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
-  if (!attention_forward_flash(T, static_cast<uint16_t*>(out), static_cast<float*>(lse),
-                               static_cast<const uint16_t*>(qkv), B, Tn, C, NH))
-    gemm_attention_forward<T>(out, lse, qkv, B, Tn, C, NH);
+  if (attention_forward_flash(T, static_cast<uint16_t*>(out), static_cast<float*>(lse),
+                              static_cast<const uint16_t*>(qkv), B, Tn, C, NH))
+    return;
+  warn_once_not_flash(T, flash_attention_refusal(T, B, Tn, C, NH, qkv));
+  gemm_attention_forward<T>(out, lse, qkv, B, Tn, C, NH);
 }
 template <DType T>
 void flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
