@@ -87,7 +87,7 @@ void conv2d_forward(void* out, const void* inp, const void* weight, const void* 
   Tensor col = scratch(R * nb * L, T), cm = scratch(Co * nb * L);
   for (int64_t n0 = 0; n0 < N; n0 += nb) {
     const int64_t cnt = std::min(nb, N - n0);
-    conv_detail::im2col<T, T>(col.data_ptr(), static_cast<const char*>(inp) + n0 * Ci * H * W * es, cnt, g);
+    conv_detail::im2col<T>(col.data_ptr(), static_cast<const char*>(inp) + n0 * Ci * H * W * es, cnt, g);
     gemm_into_f32<T>(false, false, Co, cnt * L, R, weight, R, col.data_ptr(), cnt * L, 0.0f, cm.data<float>(),
                      cnt * L);
     conv_detail::out_from_channel_major<T>(static_cast<char*>(out) + n0 * Co * L * es, cm.data<float>(), bias, cnt,
@@ -112,10 +112,10 @@ void conv2d_backward(void* dinp, void* dweight, void* dbias, const void* dout, c
   Tensor dcol = !dinp ? Tensor() : T == DType::F32 ? col : scratch(R * nb * L);
   for (int64_t n0 = 0; n0 < N; n0 += nb) {
     const int64_t cnt = std::min(nb, N - n0);
-    conv_detail::channel_major_from<T, T>(cm.data_ptr(), static_cast<const char*>(dout) + n0 * Co * L * es, cnt, Co,
+    conv_detail::channel_major_from<T>(cm.data_ptr(), static_cast<const char*>(dout) + n0 * Co * L * es, cnt, Co,
                                           L);
     if (dweight) {
-      conv_detail::im2col<T, T>(col.data_ptr(), static_cast<const char*>(inp) + n0 * Ci * H * W * es, cnt, g);
+      conv_detail::im2col<T>(col.data_ptr(), static_cast<const char*>(inp) + n0 * Ci * H * W * es, cnt, g);
       gemm_into_f32<T>(false, true, Co, R, cnt * L, cm.data_ptr(), cnt * L, col.data_ptr(), cnt * L, 1.0f, dw, R);
     }
     if (dinp) {

@@ -1,7 +1,8 @@
 // The device passes of the CUDA conv2d and max-pool (conv_kernels.h): im2col, the gather
 // col2im, the channel-major <-> image-major copies (with the bias), the bias gradient and
 // the max-pool scans. Grid-stride loops (launch.h) with int64 indices; T loads are exact
-// widenings to f32, T stores round once (Elem<T>, the CPU's rules).
+// widenings to f32, T stores round once (Elem<T>, the CPU's rules); im2col and the
+// channel-major copy of dout move T's bits unchanged.
 #include <cmath>
 
 #include "kernels/cuda/block_reduce.cuh"
@@ -31,21 +32,11 @@ __global__ void bias_grad_kernel(S<T>* dbias, const S<T>* dout, int64_t N, int64
   if (threadIdx.x == 0) dbias[co] = Elem<T>::store(Elem<T>::load(dbias[co]) + s);
 }
 
-// A T value as Out: the same bits where the types agree, else widened (exact) or rounded once.
-template <DType T, DType Out>
-__device__ __forceinline__ S<Out> as(S<T> v) {
-  if constexpr (T == Out) {
-    return v;
-  } else {
-    return Elem<Out>::store(Elem<T>::load(v));
-  }
-}
-
 }  // namespace
 
-template <DType T, DType Out>
+template <DType T>
 void im2col(void* col_v, const void* inp_v, int64_t cnt, const Geom& g) {
-  auto* col = static_cast<S<Out>*>(col_v);
+  auto* col = static_cast<S<T>*>(col_v);
   const auto* inp = static_cast<const S<T>*>(inp_v);
   const int64_t Ci = g.Ci, H = g.H, W = g.W, K = g.K, stride = g.stride, pad = g.pad, Wo = g.Wo;
   const int64_t L = g.Ho * g.Wo, cols = cnt * L;
@@ -53,7 +44,7 @@ void im2col(void* col_v, const void* inp_v, int64_t cnt, const Geom& g) {
     const int64_t r = e / cols, rem = e % cols, i = rem / L, l = rem % L;
     const int64_t kw = r % K, kh = (r / K) % K, ci = r / (K * K);
     const int64_t ih = (l / Wo) * stride - pad + kh, iw = (l % Wo) * stride - pad + kw;
-    col[e] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? as<T, Out>(inp[((i * Ci + ci) * H + ih) * W + iw]) : S<Out>{};
+    col[e] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? inp[((i * Ci + ci) * H + ih) * W + iw] : S<T>{};
   });
 }
 
@@ -94,14 +85,14 @@ void out_from_channel_major(void* out_v, const float* cm, const void* bias_v, in
   });
 }
 
-template <DType T, DType Out>
+template <DType T>
 void channel_major_from(void* cm_v, const void* dout_v, int64_t cnt, int64_t Co, int64_t L) {
-  auto* cm = static_cast<S<Out>*>(cm_v);
+  auto* cm = static_cast<S<T>*>(cm_v);
   const auto* dout = static_cast<const S<T>*>(dout_v);
   const int64_t cols = cnt * L;
   launch_each(Co * cols, "conv2d backward", [=] __device__(int64_t e) {
     const int64_t co = e / cols, rem = e % cols, i = rem / L, l = rem % L;
-    cm[e] = as<T, Out>(dout[(i * Co + co) * L + l]);
+    cm[e] = dout[(i * Co + co) * L + l];
   });
 }
 
@@ -156,22 +147,15 @@ void maxpool_backward_planes(float* d, const void* dout_v, const int32_t* argmax
 }
 
 #define PT_INST(T)                                                                                                  \
-  template void im2col<T, DType::F32>(void*, const void*, int64_t, const Geom&);                                   \
+  template void im2col<T>(void*, const void*, int64_t, const Geom&);                                               \
   template void col2im_add<T>(void*, const float*, int64_t, const Geom&);                                          \
   template void out_from_channel_major<T>(void*, const float*, const void*, int64_t, int64_t, int64_t);            \
-  template void channel_major_from<T, DType::F32>(void*, const void*, int64_t, int64_t, int64_t);                  \
+  template void channel_major_from<T>(void*, const void*, int64_t, int64_t, int64_t);                              \
   template void bias_grad<T>(void*, const void*, int64_t, int64_t, int64_t);                                       \
   template void maxpool_forward<T>(void*, int32_t*, const void*, int64_t, int64_t, int64_t, int64_t, int64_t,      \
                                    int64_t, int64_t, int64_t, int64_t);                                            \
   template void maxpool_backward_planes<T>(float*, const void*, const int32_t*, int64_t, int64_t, int64_t);
 PT_INST(DType::F32)
-PT_INST(DType::BF16)
-PT_INST(DType::F16)
-#undef PT_INST
-// The halves' copies that stay in their type (conv.cpp's tensor-core GEMMs).
-#define PT_INST(T)                                                            \
-  template void im2col<T, T>(void*, const void*, int64_t, const Geom&); \
-  template void channel_major_from<T, T>(void*, const void*, int64_t, int64_t, int64_t);
 PT_INST(DType::BF16)
 PT_INST(DType::F16)
 #undef PT_INST

@@ -3,9 +3,9 @@
 //
 // Layouts (row-major, device pointers of the current GPU): inp (N,Ci,H,W), out and dout
 // (N,Co,Ho,Wo) in dtype T (float, or uint16_t bits of bf16/f16); col and the channel-major
-// copies are f32, or (im2col, channel_major_from with Out = T) stay in a half type T for the
-// tensor-core GEMMs. A chunk is `cnt` consecutive images (pointers already at its first
-// image); L = Ho*Wo; R = Ci*K*K.
+// copy of dout are in T too (the GEMMs' operands), the channel-major result of the forward and
+// dcol f32 (the GEMMs' accumulators). A chunk is `cnt` consecutive images (pointers already at
+// its first image); L = Ho*Wo; R = Ci*K*K.
 //   col (R, cnt*L): col[r][i*L + l], r = (ci*K + kh)*K + kw, l = oh*Wo + ow, the input value
 //     under that kernel tap (zero in the padding).
 //   cm (Co, cnt*L): cm[co][i*L + l] = out or dout of image i, channel co.
@@ -25,9 +25,9 @@ struct Geom {
   int64_t cols() const { return Ho * Wo; }
 };
 
-// col (R, cnt*L) of dtype Out = im2col of the chunk inp (cnt,Ci,H,W) of dtype T: widened
-// exactly to f32, or T's bits (Out = T, bf16 or f16).
-template <DType T, DType Out = DType::F32>
+// col (R, cnt*L) of dtype T = im2col of the chunk inp (cnt,Ci,H,W) of dtype T (zeros in the
+// padding).
+template <DType T>
 void im2col(void* col, const void* inp, int64_t cnt, const Geom& g);
 
 // dinp (cnt,Ci,H,W) of dtype T += col2im(dcol (R, cnt*L)): each input element gathers its
@@ -41,9 +41,8 @@ void col2im_add(void* dinp, const float* dcol, int64_t cnt, const Geom& g);
 template <DType T>
 void out_from_channel_major(void* out, const float* cm, const void* bias, int64_t cnt, int64_t Co, int64_t L);
 
-// cm (Co, cnt*L) of dtype Out = dout (cnt,Co,L) of dtype T: widened exactly to f32, or T's
-// bits (Out = T, bf16 or f16).
-template <DType T, DType Out = DType::F32>
+// cm (Co, cnt*L) of dtype T = dout (cnt,Co,L) of dtype T in channel-major order.
+template <DType T>
 void channel_major_from(void* cm, const void* dout, int64_t cnt, int64_t Co, int64_t L);
 
 // dbias (Co) of dtype T += the sum of dout (N,Co,L) over N and L: one block per channel,
