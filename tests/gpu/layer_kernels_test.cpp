@@ -642,6 +642,11 @@ TEST(CudaLayerKernels, FlashSaysWhyItDoesNotTakeAnAttention) {
   EXPECT_EQ(cuda::flash_attention_refusal(DType::F16, 70000, 10, 64, 1, buf),
             "B * NH = 70000, more than one launch takes (65535)");
   EXPECT_THROW(cuda::flash_attention_refusal(kF32, 1, 10, 64, 1, buf), InputError);
+  // The forward hands the same reason back (what the table's warning prints), running nothing.
+  std::string why;
+  float lse[10] = {};
+  EXPECT_FALSE(cuda::attention_forward_flash(kBF16, buf, lse, buf, 2, 10, 2 * 80, 2, &why));
+  EXPECT_EQ(why, "head size 80 (they take 32, 64 and 128)");
   PT_REQUIRE_GPU();
   for (const DType dt : {kBF16, DType::F16}) {
     SCOPED_TRACE(dtype_name(dt));

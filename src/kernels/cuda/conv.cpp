@@ -112,8 +112,7 @@ void conv2d_backward(void* dinp, void* dweight, void* dbias, const void* dout, c
   Tensor dcol = !dinp ? Tensor() : T == DType::F32 ? col : scratch(R * nb * L);
   for (int64_t n0 = 0; n0 < N; n0 += nb) {
     const int64_t cnt = std::min(nb, N - n0);
-    conv_detail::channel_major_from<T>(cm.data_ptr(), static_cast<const char*>(dout) + n0 * Co * L * es, cnt, Co,
-                                          L);
+    conv_detail::channel_major_from<T>(cm.data_ptr(), static_cast<const char*>(dout) + n0 * Co * L * es, cnt, Co, L);
     if (dweight) {
       conv_detail::im2col<T>(col.data_ptr(), static_cast<const char*>(inp) + n0 * Ci * H * W * es, cnt, g);
       gemm_into_f32<T>(false, true, Co, R, cnt * L, cm.data_ptr(), cnt * L, col.data_ptr(), cnt * L, 1.0f, dw, R);

@@ -3,8 +3,9 @@
 // q/k/v, out, dout and dqkv, f32 lse; head sizes 32, 64 and 128, C a multiple of 8, the 16-bit
 // buffers the kernels read in 16-byte vectors 16-byte aligned, B * NH up to 65535, a GPU with
 // WMMA on the dtype (bf16: compute capability 8.0 or newer; f16: 7.0) and the shared memory the
-// head size needs: anything else is "not handled" (false), for the caller to run another form. The backward's D (B*NH*T f32) comes
-// from the device's caching allocator (stream-ordered).
+// head size needs: anything else is "not handled" (false, with the reason in words), for the
+// caller to run another form. The backward's D (B*NH*T f32) comes from the device's caching
+// allocator (stream-ordered).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -13,7 +14,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 #include <utility>
 #include <type_traits>
@@ -28,8 +28,9 @@ namespace paratrain::kernels::cuda::flash {
 namespace wmma = nvcuda::wmma;
 
 namespace {
-// The kernels' 16-bit types (flash_attention_kernel.cuh): bits through the CPU's conversions
-// (detail::Elem), operands rounded to nearest even.
+// The kernels' 16-bit types (flash_attention_kernel.cuh), rounded to nearest even: bf16 bits
+// through the CPU's conversions (detail::Elem), f16 through CUDA's (fewer registers than
+// Elem's software widening; the values are the same, NaN payloads aside).
 template <typename E>
 struct Operand;
 template <>
@@ -104,31 +105,27 @@ constexpr int64_t shared_bytes() {
   return std::max(flash::Layout<HS>::kBytes, flash::BackwardLayout<HS>::kBytes);
 }
 
-// Why the kernels on E do not take these sizes on the current GPU, "" when they do (sizes
-// already checked): the shapes first, so that a shape they never take needs no GPU to say so.
+// Why the kernels on E do not take this attention on the current GPU, "" when they do (sizes
+// already checked): the shapes first, so that a shape they never take needs no GPU to say so,
+// then the GPU, then the buffers they read in 16-byte vectors (dout may be null: the forward).
 template <typename E>
-std::string refusal(int64_t B, int64_t T, int64_t C, int64_t NH) {
+std::string refusal(int64_t B, int64_t T, int64_t C, int64_t NH, const void* qkv, const void* dout) {
   using paratrain::detail::concat;
   const int64_t bytes = flash_attention_shared_bytes(C / NH);
   if (bytes == 0) return concat("head size ", C / NH, " (they take 32, 64 and 128)");
   if (B * NH > 65535) return concat("B * NH = ", B * NH, ", more than one launch takes (65535)");
   if ((T + flash::kRows - 1) / flash::kRows > 0x7fffffff) return concat("T = ", T);
   const FlashDevice& device = detail::per_device<FlashDevice>();
-  const int dev = ::paratrain::cuda::current_device();
-  if (device.arch < flash::Operand<E>::kMinArch)
-    return concat("cuda:", dev, " is compute capability ", device.arch / 100, ".", device.arch / 10 % 10,
-                  ", and WMMA on ", flash::Operand<E>::kMinArch == 800 ? "bf16" : "f16", " needs ",
-                  flash::Operand<E>::kMinArch / 100, ".", flash::Operand<E>::kMinArch / 10 % 10);
+  constexpr int kMinArch = flash::Operand<E>::kMinArch;
+  if (device.arch < kMinArch)
+    return concat("cuda:", ::paratrain::cuda::current_device(), " is compute capability ", device.arch / 100, ".",
+                  device.arch / 10 % 10, ", and WMMA on ", kMinArch == 800 ? "bf16" : "f16", " needs ",
+                  kMinArch / 100, ".", kMinArch / 10 % 10);
   if (bytes > device.max_shared)
-    return concat("head size ", C / NH, " needs ", bytes, " bytes of shared memory a block, and cuda:", dev,
-                  " gives ", device.max_shared);
-  return "";
-}
-
-// Why a buffer the kernels read in 16-byte vectors is not taken, "" when every one is aligned.
-std::string misaligned(std::initializer_list<std::pair<const char*, const void*>> buffers) {
-  for (const auto& [name, p] : buffers)
-    if (p && !aligned16(p)) return paratrain::detail::concat(name, " is not 16-byte aligned");
+    return concat("head size ", C / NH, " needs ", bytes, " bytes of shared memory a block, and cuda:",
+                  ::paratrain::cuda::current_device(), " gives ", device.max_shared);
+  for (const auto& [name, p] : {std::pair{"qkv", qkv}, std::pair{"dout", dout}})
+    if (p && !aligned16(p)) return concat(name, " is not 16-byte aligned");
   return "";
 }
 
@@ -170,7 +167,7 @@ void launch(uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T
 
 // f(E{}) for the kernels' type of `dtype` (bf16 or f16).
 template <typename F>
-bool with_operand(DType dtype, const char* who, F&& f) {
+auto with_operand(DType dtype, const char* who, F&& f) {
   if (dtype == DType::BF16) return f(__nv_bfloat16{});
   if (dtype == DType::F16) return f(__half{});
   PT_THROW(InputError, who, " (cuda, flash): dtype ", dtype_name(dtype), " (the flash kernels take bf16 and f16)");
@@ -190,21 +187,19 @@ int64_t flash_attention_shared_bytes(int64_t head_size) {
 std::string flash_attention_refusal(DType dtype, int64_t B, int64_t T, int64_t C, int64_t NH, const void* qkv,
                                     const void* dout) {
   check_sizes(B, T, C, NH, "flash_attention_refusal");
-  std::string why;
-  with_operand(dtype, "flash_attention_refusal", [&](auto e) {
-    why = refusal<decltype(e)>(B, T, C, NH);
-    if (why.empty()) why = misaligned({{"qkv", qkv}, {"dout", dout}});
-    return true;
-  });
-  return why;
+  return with_operand(dtype, "flash_attention_refusal",
+                      [&](auto e) { return refusal<decltype(e)>(B, T, C, NH, qkv, dout); });
 }
 
 bool attention_forward_flash(DType dtype, uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T,
-                             int64_t C, int64_t NH) {
+                             int64_t C, int64_t NH, std::string* why) {
   check_sizes(B, T, C, NH, "attention_forward");
   return with_operand(dtype, "attention_forward", [&](auto e) {
     using E = decltype(e);
-    if (!refusal<E>(B, T, C, NH).empty() || !aligned16(qkv)) return false;
+    if (std::string no = refusal<E>(B, T, C, NH, qkv, nullptr); !no.empty()) {
+      if (why) *why = std::move(no);
+      return false;
+    }
     if (B == 0 || T == 0) return true;
     with_head_size(C / NH, [&](auto hs) { launch<hs(), E>(out, lse, qkv, B, T, C, NH); });
     return true;
@@ -216,7 +211,7 @@ bool attention_backward_flash(DType dtype, uint16_t* dqkv, const uint16_t* dout,
   check_sizes(B, T, C, NH, "attention_backward");
   return with_operand(dtype, "attention_backward", [&](auto e) {
     using E = decltype(e);
-    if (!refusal<E>(B, T, C, NH).empty() || !aligned16(qkv) || !aligned16(dout) || !lse) return false;
+    if (!lse || !refusal<E>(B, T, C, NH, qkv, dout).empty()) return false;
     if (B == 0 || T == 0) return true;
     with_head_size(C / NH, [&](auto hs) { launch_backward<hs(), E>(dqkv, dout, qkv, out, lse, B, T, C, NH); });
     return true;

@@ -26,9 +26,7 @@ using detail::warp_sum;
 namespace paratrain::kernels::cuda {
 namespace {
 
-using namespace ln;
-
-unsigned row_blocks(int64_t N) { return detail::ceil_div(N, kRowsPerBlock); }
+unsigned row_blocks(int64_t N) { return detail::ceil_div(N, ln::kRowsPerBlock); }
 
 }  // namespace
 
@@ -36,7 +34,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
                        const float* bias, int64_t N, int64_t C, float eps) {
   if (N < 0 || C <= 0) PT_THROW(InputError, "layernorm_forward (cuda): bad size N=", N, " C=", C);
   if (N == 0) return;
-  layernorm_forward_kernel<<<row_blocks(N), kThreads, 0, detail::stream()>>>(out, mean, rstd, inp, weight,
+  ln::layernorm_forward_kernel<<<row_blocks(N), ln::kThreads, 0, detail::stream()>>>(out, mean, rstd, inp, weight,
                                                                                      bias, N, C, eps);
   PT_CUDA_CHECK_LAUNCH();
 }
@@ -46,8 +44,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   if (N < 0 || C <= 0) PT_THROW(InputError, "layernorm_backward (cuda): bad size N=", N, " C=", C);
   if (N == 0) return;
   if (dinp) {
-    layernorm_backward_dinp_kernel<<<row_blocks(N), kThreads, 0, detail::stream()>>>(dinp, dout, inp, weight,
-                                                                                            mean, rstd, N, C);
+    ln::layernorm_backward_dinp_kernel<<<row_blocks(N), ln::kThreads, 0, detail::stream()>>>(
+        dinp, dout, inp, weight, mean, rstd, N, C);
     PT_CUDA_CHECK_LAUNCH();
   }
   if (dweight || dbias) {
@@ -58,10 +56,10 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     Tensor partial = Tensor::empty({chunks * 2 * C}, DType::F32,
                                    DeviceSpec{Device::CUDA, ::paratrain::cuda::current_device()});
     auto* part = static_cast<float*>(partial.data_ptr());
-    layernorm_backward_params_kernel<<<grid, dim3(32, 8), 0, detail::stream()>>>(part, dout, inp, mean, rstd, N, C,
-                                                                                rows_per_chunk);
+    ln::layernorm_backward_params_kernel<<<grid, dim3(32, 8), 0, detail::stream()>>>(part, dout, inp, mean, rstd, N,
+                                                                                    C, rows_per_chunk);
     PT_CUDA_CHECK_LAUNCH();
-    add_chunks_in_order<<<detail::ceil_div(C, 256), 256, 0, detail::stream()>>>(dweight, dbias, part, chunks, C);
+    ln::add_chunks_in_order<<<detail::ceil_div(C, 256), 256, 0, detail::stream()>>>(dweight, dbias, part, chunks, C);
     PT_CUDA_CHECK_LAUNCH();
   }
 }

@@ -58,12 +58,6 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 void attention_backward_bf16(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* out,
                              const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH);
 
-// The fused causal attention forward on tensor cores (flash_attention.cu): `dtype` (bf16 or
-// f16; any other is an InputError) q/k/v and out, f32 lse (may be null), FlashAttention-2's
-// forward with P rounded to `dtype` before P V. Head size 32, 64 or 128, C % 8 == 0, qkv
-// 16-byte aligned, B * NH <= 65535, a GPU with WMMA on `dtype` (bf16: compute capability 8.0 or
-// newer; f16: 7.0) whose blocks may opt into flash_attention_shared_bytes(head size) of shared
-// memory (head size 128 needs more than Turing's 64 KiB); false (nothing run) otherwise.
 // The shared memory (bytes) a block of the flash kernels needs for a head size: the larger of
 // the forward's and the backward's; 0 for a head size they do not take.
 int64_t flash_attention_shared_bytes(int64_t head_size);
@@ -74,8 +68,15 @@ int64_t flash_attention_shared_bytes(int64_t head_size);
 // InputError for bad sizes or a dtype other than bf16 and f16, as the kernels.
 std::string flash_attention_refusal(DType dtype, int64_t B, int64_t T, int64_t C, int64_t NH, const void* qkv,
                                     const void* dout = nullptr);
+// The fused causal attention forward on tensor cores (flash_attention.cu): `dtype` (bf16 or
+// f16; any other is an InputError) q/k/v and out, f32 lse (may be null), FlashAttention-2's
+// forward with P rounded to `dtype` before P V. Head size 32, 64 or 128, C % 8 == 0, qkv
+// 16-byte aligned, B * NH <= 65535, a GPU with WMMA on `dtype` (bf16: compute capability 8.0 or
+// newer; f16: 7.0) whose blocks may opt into flash_attention_shared_bytes(head size) of shared
+// memory (head size 128 needs more than Turing's 64 KiB); false (nothing run) otherwise, with
+// flash_attention_refusal's reason in *why when why is not null.
 bool attention_forward_flash(DType dtype, uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T,
-                             int64_t C, int64_t NH);
+                             int64_t C, int64_t NH, std::string* why = nullptr);
 // Its backward: dqkv += the gradient (rounded once per element), from dout, qkv, out and the
 // forward's lse; P and dS rounded to `dtype` before their products. Two kernels (dK/dV per key
 // tile, dQ per query tile): every element has one writer, the same bits every run. The same

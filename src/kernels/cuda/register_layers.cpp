@@ -56,10 +56,11 @@ void warn_once_not_flash(DType dtype, const std::string& why) {
 // CPU's contract, whose lse (the same rows) either backward reads.
 template <DType T>
 void flash_attention_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+  std::string why;
   if (attention_forward_flash(T, static_cast<uint16_t*>(out), static_cast<float*>(lse),
-                              static_cast<const uint16_t*>(qkv), B, Tn, C, NH))
+                              static_cast<const uint16_t*>(qkv), B, Tn, C, NH, &why))
     return;
-  warn_once_not_flash(T, flash_attention_refusal(T, B, Tn, C, NH, qkv));
+  warn_once_not_flash(T, why);
   gemm_attention_forward<T>(out, lse, qkv, B, Tn, C, NH);
 }
 template <DType T>
