@@ -9,14 +9,16 @@
 // writes outside the tables. The backward adds each row's positions in position order, the
 // CPU's order, so it is the CPU's result bit for bit and the same every run: the positions
 // are sorted by row (CUB's stable radix sort, scratch from the caching allocator), then one
-// block per run of equal rows adds them in order. The positional part of encoder_backward
-// sums over b in order.
+// block per run of equal rows adds them in order (embedding_kernels.cuh, which
+// tests/kernels/embedding_emulated_test.cpp runs on the CPU). The positional part of
+// encoder_backward sums over b in order.
 #include <climits>
 #include <cmath>
 
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda/basic.h"
+#include "kernels/cuda/embedding_kernels.cuh"
 #include "kernels/cuda/launch.h"
 #include "paratrain/tensor/cuda.h"
 #include "paratrain/tensor/cuda_device_errors.h"
@@ -78,20 +80,6 @@ void check_tokens(const int32_t* tokens, int64_t N, int64_t V, const char* who) 
   PT_CUDA_CHECK_LAUNCH();
 }
 
-// A block per sorted position i that starts a run of equal rows k (< R): rows[k] += the run's
-// dout rows, in position order (the sort is stable), one column per thread.
-__global__ void add_runs_in_order(float* rows, const float* dout, const int32_t* keys, const int32_t* pos, int64_t N,
-                                  int64_t R, int64_t C) {
-  const int64_t i = blockIdx.x;
-  const int32_t k = keys[i];
-  if (k >= R || (i > 0 && keys[i - 1] == k)) return;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    float acc = rows[static_cast<int64_t>(k) * C + c];
-    for (int64_t j = i; j < N && keys[j] == k; ++j) acc += dout[static_cast<int64_t>(pos[j]) * C + c];
-    rows[static_cast<int64_t>(k) * C + c] = acc;
-  }
-}
-
 // rows[t - start] (R x C) += dout[n] for every position n whose token t is in [start, start + R),
 // positions in order; others (a bad id included) add nothing.
 void ordered_scatter_add(float* rows, const float* dout, const int32_t* tokens, int64_t N, int64_t start, int64_t R,
@@ -103,15 +91,10 @@ void ordered_scatter_add(float* rows, const float* dout, const int32_t* tokens, 
   Tensor pos_in = Tensor::empty({N}, DType::I32, dev), pos = Tensor::empty({N}, DType::I32, dev);
   auto* ki = static_cast<int32_t*>(keys_in.data_ptr());
   auto* pi = static_cast<int32_t*>(pos_in.data_ptr());
-  const int32_t r32 = static_cast<int32_t>(R);
-  launch_each(N, who, [=] __device__(int64_t n) {  // key R (sorted last) for rows outside the shard
-    const int64_t row = static_cast<int64_t>(tokens[n]) - start;
-    ki[n] = row >= 0 && row < R ? static_cast<int32_t>(row) : r32;
-    pi[n] = static_cast<int32_t>(n);
-  });
-  int end_bit = 1;
-  while (end_bit < 31 && (int64_t{1} << end_bit) <= R) ++end_bit;
   cudaStream_t s = detail::stream();
+  emb::shard_keys<<<detail::grid_for(N), detail::kThreads, 0, s>>>(ki, pi, tokens, N, start, R);
+  PT_CUDA_CHECK_LAUNCH();
+  const int end_bit = emb::sort_end_bit(R);
   auto* ko = static_cast<int32_t*>(keys.data_ptr());
   auto* po = static_cast<int32_t*>(pos.data_ptr());
   // CUB's two calls: the scratch size (temp null), then the sort.
@@ -122,7 +105,7 @@ void ordered_scatter_add(float* rows, const float* dout, const int32_t* tokens, 
   sort(nullptr);
   Tensor temp = Tensor::empty({static_cast<int64_t>(temp_bytes) + 1}, DType::U8, dev);
   sort(temp.data_ptr());
-  add_runs_in_order<<<static_cast<unsigned>(N), 128, 0, s>>>(rows, dout, ko, po, N, R, C);
+  emb::add_runs_in_order<<<static_cast<unsigned>(N), emb::kRunThreads, 0, s>>>(rows, dout, ko, po, N, R, C);
   PT_CUDA_CHECK_LAUNCH();
 }
 
@@ -189,13 +172,10 @@ void encoder_backward(void* dwte, void* dwpe, const void* dout, const int32_t* t
   auto* g = static_cast<const float*>(dout);
   if (dwte) embedding_backward(dwte, dout, tokens, B * T, V, C);
   if (dwpe) {
-    auto* d = static_cast<float*>(dwpe);
-    // dwpe[t,c] += sum over b of dout[b,t,c]: one thread per (t,c), b in order
-    launch_each(T * C, "encoder_backward", [=] __device__(int64_t i) {
-      float acc = d[i];
-      for (int64_t b = 0; b < B; ++b) acc += g[b * T * C + i];
-      d[i] = acc;
-    });
+    if (T * C == 0) return;
+    emb::add_positions_in_order<<<detail::grid_for(T * C), detail::kThreads, 0, detail::stream()>>>(
+        static_cast<float*>(dwpe), g, B, T, C);
+    PT_CUDA_CHECK_LAUNCH();
   }
 }
 
