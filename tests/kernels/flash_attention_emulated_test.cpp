@@ -156,7 +156,9 @@ void check_case(int64_t B, int64_t T, int64_t NH, uint32_t seed) {
   launch(tiles, BH, flash::kThreads, [&] {
     flash::flash_forward_kernel<HS, E>(out.data(), lse.data(), qkv.data(), B, T, C, int(NH), scale);
   });
-  launch(BH * T, 1, 32, [&] { flash::rowdot_kernel<E>(D.data(), dout.data(), out.data(), B, T, C, int(NH)); });
+  // flash_attention.cu's launch: kRowdotRows warps a block, whole warps past the last row.
+  launch(unsigned((BH * T + flash::kRowdotRows - 1) / flash::kRowdotRows), 1, 32 * flash::kRowdotRows,
+         [&] { flash::rowdot_kernel<E>(D.data(), dout.data(), out.data(), B, T, C, int(NH)); });
   launch(tiles, BH, flash::kThreads, [&] {
     flash::flash_backward_keys_kernel<HS, E>(dqkv.data(), dout.data(), qkv.data(), lse.data(), D.data(), B, T, C,
                                           int(NH), scale);

@@ -141,8 +141,7 @@ void launch_backward(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, 
   cudaStream_t s = detail::stream();
   Tensor D = Tensor::empty({B * NH * T}, DType::F32, Device::CUDA, ::paratrain::cuda::current_device());
   auto* d = static_cast<float*>(D.data_ptr());
-  const int rows_per_block = 8;  // a warp per row, 256 threads
-  flash::rowdot_kernel<E><<<detail::ceil_div(B * NH * T, rows_per_block), 32 * rows_per_block, 0, s>>>(
+  flash::rowdot_kernel<E><<<detail::ceil_div(B * NH * T, flash::kRowdotRows), 32 * flash::kRowdotRows, 0, s>>>(
       d, dout, out, B, T, C, static_cast<int>(NH));
   PT_CUDA_CHECK_LAUNCH();
   const dim3 grid(detail::ceil_div(T, flash::kRows), static_cast<unsigned>(B * NH));

@@ -247,7 +247,8 @@ __global__ void __launch_bounds__(kThreads)
 //            dQ += dS K; dqkv's q part += scale dQ.
 // D = rowsum(dO * O) per query row comes first (rowdot_kernel, f32).
 
-// D[bh T + t] = sum_d dO[b,t,h,d] O[b,t,h,d]: a warp per row.
+// D[bh T + t] = sum_d dO[b,t,h,d] O[b,t,h,d]: a warp per row, kRowdotRows rows a block.
+constexpr int kRowdotRows = 8;
 template <typename E>
 __global__ void rowdot_kernel(float* D, const uint16_t* dout, const uint16_t* out, int64_t B, int64_t T, int64_t C,
                               int NH) {
