@@ -19,6 +19,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/grid_stride.cuh"
+
 namespace paratrain::kernels::cuda::emb {
 namespace {
 
@@ -30,12 +32,11 @@ __host__ __device__ inline int sort_end_bit(int64_t R) {
   return end_bit;
 }
 
-// A grid-stride loop over [0, n).
-__device__ inline int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ inline int64_t index_step() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+using detail::grid_first;
+using detail::grid_step;
 
 __global__ void shard_keys(int32_t* keys, int32_t* pos, const int32_t* tokens, int64_t N, int64_t start, int64_t R) {
-  for (int64_t n = first_index(); n < N; n += index_step()) {
+  for (int64_t n = grid_first(); n < N; n += grid_step()) {
     const int64_t row = static_cast<int64_t>(tokens[n]) - start;
     keys[n] = static_cast<int32_t>(row >= 0 && row < R ? row : R);
     pos[n] = static_cast<int32_t>(n);
@@ -55,7 +56,7 @@ __global__ void add_runs_in_order(float* rows, const float* dout, const int32_t*
 }
 
 __global__ void add_positions_in_order(float* dwpe, const float* dout, int64_t B, int64_t T, int64_t C) {
-  for (int64_t i = first_index(); i < T * C; i += index_step()) {
+  for (int64_t i = grid_first(); i < T * C; i += grid_step()) {
     float acc = dwpe[i];
     for (int64_t b = 0; b < B; ++b) acc += dout[b * T * C + i];
     dwpe[i] = acc;
