@@ -1,5 +1,6 @@
-// The device passes of the CUDA conv2d and max-pool (conv_kernels.cu), for conv.cpp, which
-// owns the scratch buffers and the GEMMs. Private to src/kernels/cuda.
+// The device passes of the CUDA conv2d and max-pool (launched by conv_kernels.cu; the kernels:
+// conv_kernels.cuh), for conv_steps.h and conv.cpp, which own the scratch buffers and the
+// GEMMs. Private to src/kernels/cuda.
 //
 // Layouts (row-major, device pointers of the current GPU): inp (N,Ci,H,W), out and dout
 // (N,Co,Ho,Wo) in dtype T (float, or uint16_t bits of bf16/f16); col and the channel-major
