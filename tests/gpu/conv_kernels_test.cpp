@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
+#include "support/expect_close.h"
 #include "paratrain/base/error.h"
 #include "paratrain/kernels/cpu/conv.h"
 #include "paratrain/kernels/cpu/elementwise.h"
@@ -44,9 +45,8 @@ using test::DevBuf;
 constexpr Device kGpu = Device::CUDA;
 constexpr Device kCpu = Device::CPU;
 
-struct Tolerance {
-  double rtol, atol_frac;
-};
+using test::expect_close;
+using test::Tolerance;
 constexpr Tolerance kF32Tol{1e-5, 5e-5};
 constexpr Tolerance kBF16Tol{1e-2, 2e-3};
 constexpr Tolerance kF16Tol{2e-3, 2e-4};
@@ -94,24 +94,6 @@ struct Operand {
   std::vector<float> values() const { return t == DType::F32 ? f32 : widen(t, half); }
 };
 
-// The check of the header comment; `base` (may be null) makes it a check of increments.
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, Tolerance tol,
-                  const std::string& what, const std::vector<float>* base = nullptr) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  auto inc = [&](const std::vector<float>& v, size_t i) { return base ? v[i] - (*base)[i] : v[i]; };
-  double m = 0;
-  for (size_t i = 0; i < want.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(inc(want, i))));
-  size_t bad = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double g = inc(got, i), w = inc(want, i);
-    double allowed = tol.rtol * std::fabs(w) + tol.atol_frac * m;
-    if (base) allowed += 4 * std::ldexp(std::fabs(static_cast<double>((*base)[i])), -23);
-    if (!(std::fabs(g - w) <= allowed) && ++bad <= 5)  // NaN fails too
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i] << " (|diff| "
-                    << std::fabs(g - w) << " > " << allowed << ", max |want| " << m << ")";
-  }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << want.size() << " elements out of tolerance";
-}
 
 // Bit-for-bit equality of two float vectors (NaNs included).
 void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {

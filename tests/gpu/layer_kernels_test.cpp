@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
+#include "support/expect_close.h"
 #include "paratrain/base/env.h"
 #include "paratrain/base/error.h"
 #include "kernels/cuda/layers.h"
@@ -42,9 +43,8 @@ constexpr Device kCpu = Device::CPU;
 constexpr DType kF32 = DType::F32;
 constexpr DType kBF16 = DType::BF16;
 
-struct Tolerance {
-  double rtol, atol_frac;
-};
+using test::expect_close;
+using test::Tolerance;
 constexpr Tolerance kF32Tol{1e-5, 1e-5};
 constexpr Tolerance kBF16Tol{2e-2, 1e-3};
 // f16 keeps 11 significant bits: a few of its ulps (4e-3) plus 1e-3 of the largest value.
@@ -115,26 +115,6 @@ std::vector<float> from_half(DType t, const std::vector<uint16_t>& h) {
   return f;
 }
 
-// The check of the header comment; `base` (may be null) makes it a check of increments.
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, Tolerance tol, const char* what,
-                  const std::vector<float>* base = nullptr) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  auto inc = [&](const std::vector<float>& v, size_t i) { return base ? v[i] - (*base)[i] : v[i]; };
-  double m = 0;
-  for (size_t i = 0; i < want.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(inc(want, i))));
-  size_t bad = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double g = inc(got, i), w = inc(want, i);
-    double allowed = tol.rtol * std::fabs(w) + tol.atol_frac * m;
-    if (base) allowed += 4 * std::ldexp(std::fabs(static_cast<double>((*base)[i])), -23);
-    if (!(std::fabs(g - w) <= allowed)) {  // NaN fails too
-      if (++bad <= 5)
-        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i] << " (|diff| "
-                      << std::fabs(g - w) << " > " << allowed << ")";
-    }
-  }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << want.size() << " elements out of tolerance";
-}
 
 void expect_close_bf16(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want, const char* what) {
   expect_close(from_bf16(got), from_bf16(want), kBF16Tol, what);

@@ -24,6 +24,7 @@
 #include "kernels/test_util.h"
 #include "paratrain/kernels/cpu/conv.h"
 #include "paratrain/kernels/registry.h"
+#include "support/expect_close.h"
 
 namespace paratrain::kernels::cuda::conv_detail {
 namespace {
@@ -124,9 +125,8 @@ struct EmulatedOps {
   }
 };
 
-struct Tolerance {
-  double rtol, atol_frac;
-};
+using paratrain::test::expect_close;
+using paratrain::test::Tolerance;
 
 // Values of dtype E (stored) from f32 ones, and back.
 template <typename E>
@@ -142,24 +142,6 @@ std::vector<float> values(const std::vector<typename E::S>& s) {
   return v;
 }
 
-// |got - want| <= rtol |want| + atol_frac max|want| per element (increments over `base` when
-// given, with 4 ulps of |base| for the adds), as tests/gpu/conv_kernels_test.cpp checks.
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, Tolerance tol, const std::string& what,
-                  const std::vector<float>* base = nullptr) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  auto inc = [&](const std::vector<float>& v, size_t i) { return base ? v[i] - (*base)[i] : v[i]; };
-  double m = 0;
-  for (size_t i = 0; i < want.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(inc(want, i))));
-  size_t bad = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double g = inc(got, i), w = inc(want, i);
-    double allowed = tol.rtol * std::fabs(w) + tol.atol_frac * m;
-    if (base) allowed += 4 * std::ldexp(std::fabs(static_cast<double>((*base)[i])), -23);
-    if (!(std::fabs(g - w) <= allowed) && ++bad <= 3)  // NaN fails too
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i];
-  }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << want.size() << " elements out of tolerance";
-}
 
 template <typename S>
 void expect_same_bits(const std::vector<S>& got, const std::vector<S>& want, const std::string& what) {
