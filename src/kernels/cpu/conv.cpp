@@ -7,7 +7,6 @@
 // reused thread-local scratch.
 #include "paratrain/kernels/cpu/conv.h"
 
-#include <limits>
 
 #include "kernels/cpu/parallel.h"
 #include "paratrain/base/error.h"
@@ -220,22 +219,9 @@ void maxpool2d_forward(float* out, int32_t* argmax, const float* inp, int64_t N,
       }
       for (int64_t oh = 0; oh < Ho; ++oh)
         for (int64_t ow = 0; ow < Wo; ++ow) {
-          float m = -std::numeric_limits<float>::infinity();
-          int64_t am = -1;
-          for (int64_t kh = 0; kh < K; ++kh) {
-            const int64_t ih = oh * stride - pad + kh;
-            if (ih < 0 || ih >= H) continue;
-            for (int64_t kw = 0; kw < K; ++kw) {
-              const int64_t iw = ow * stride - pad + kw;
-              if (iw < 0 || iw >= W) continue;
-              const float v = x[ih * W + iw];
-              if (am < 0 || v > m || v != v) {
-                if (am >= 0 && m != m) continue;  // keep the first NaN
-                m = v;
-                am = ih * W + iw;
-              }
-            }
-          }
+          float m;
+          int64_t am;
+          maxpool_window([x](int64_t i) { return x[i]; }, H, W, K, stride, pad, oh, ow, m, am);
           o[oh * Wo + ow] = m;
           a[oh * Wo + ow] = static_cast<int32_t>(am);
         }

@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/conv_kernels.h"
 #include "kernels/cuda/grid_stride.cuh"
+#include "paratrain/kernels/cpu/conv.h"
 
 namespace paratrain::kernels::cuda::conv_detail {
 namespace {
@@ -100,22 +101,9 @@ __global__ void maxpool_forward_kernel(typename E::S* out, int32_t* argmax, cons
   for (int64_t e = grid_first(); e < N * C * Ho * Wo; e += grid_step()) {
     const int64_t ow = e % Wo, oh = (e / Wo) % Ho, p = e / (Ho * Wo);
     const typename E::S* x = inp + p * H * W;
-    float m = -INFINITY;
-    int64_t am = -1;
-    for (int64_t kh = 0; kh < K; ++kh) {
-      const int64_t ih = oh * stride - pad + kh;
-      if (ih < 0 || ih >= H) continue;
-      for (int64_t kw = 0; kw < K; ++kw) {
-        const int64_t iw = ow * stride - pad + kw;
-        if (iw < 0 || iw >= W) continue;
-        const float v = E::load(x[ih * W + iw]);
-        if (am < 0 || v > m || v != v) {
-          if (am >= 0 && m != m) continue;  // keep the first NaN
-          m = v;
-          am = ih * W + iw;
-        }
-      }
-    }
+    float m;
+    int64_t am;
+    cpu::maxpool_window([x](int64_t i) { return E::load(x[i]); }, H, W, K, stride, pad, oh, ow, m, am);
     out[e] = E::store(m);  // exact: m is one of the inputs (or -inf)
     argmax[e] = static_cast<int32_t>(am);
   }

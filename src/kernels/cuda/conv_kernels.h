@@ -51,9 +51,9 @@ void channel_major_from(void* cm, const void* dout, int64_t cnt, int64_t Co, int
 template <DType T>
 void bias_grad(void* dbias, const void* dout, int64_t N, int64_t Co, int64_t L);
 
-// out (N,C,Ho,Wo) of dtype T, argmax (N,C,Ho,Wo): the CPU's window scan (kernels/cpu/conv.cpp,
-// its general loop: first in-bounds element, then strictly larger values, the first NaN
-// kept), one thread per output element.
+// out (N,C,Ho,Wo) of dtype T, argmax (N,C,Ho,Wo): the CPU's window scan (cpu::maxpool_window:
+// first in-bounds element, then strictly larger values, the first NaN kept), one thread per
+// output element.
 template <DType T>
 void maxpool_forward(void* out, int32_t* argmax, const void* inp, int64_t N, int64_t C, int64_t H, int64_t W,
                      int64_t K, int64_t stride, int64_t pad, int64_t Ho, int64_t Wo);
