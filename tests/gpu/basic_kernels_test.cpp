@@ -731,9 +731,8 @@ TEST(CudaBasicKernels, Sgd) {
 
 // PowerSGD's Gram-Schmidt: the CPU's orthonormal columns, with a zero column kept zero and a
 // nearly dependent column (column 0 plus 1e-3 noise) orthogonalised by the second pass; sizes
-// around the block's 512 threads and the tall P of a vocabulary-sized gradient. (The kernel's
-// code, its block sums and barriers, was run on the CPU with one thread per CUDA thread on
-// these cases up to n = 5003 before any GPU did: equal to the CPU kernel's floats.)
+// around the block's 512 threads and the tall P of a vocabulary-sized gradient. (The kernel, its
+// block sums and barriers, also runs on the CPU: OrthogonalizeEmulated.* in tests/kernels.)
 TEST(CudaBasicKernels, OrthogonalizeColumns) {
   PT_REQUIRE_GPU();
   const DType F = DType::F32;
