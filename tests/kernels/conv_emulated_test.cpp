@@ -81,8 +81,9 @@ struct EmulatedOps {
     });
   }
   void channel_major_from(void* cm, const void* dout, int64_t cnt, int64_t Co, int64_t L) const {
-    launch_serial(grid_for(Co * cnt * L), 1, kThreads,
-                  [&] { conv::channel_major_from_kernel<E>(static_cast<S*>(cm), static_cast<const S*>(dout), cnt, Co, L); });
+    launch_serial(grid_for(Co * cnt * L), 1, kThreads, [&] {
+      conv::channel_major_from_kernel<E>(static_cast<S*>(cm), static_cast<const S*>(dout), cnt, Co, L);
+    });
   }
   void bias_grad(void* dbias, const void* dout, int64_t N, int64_t Co, int64_t L) const {
     launch(static_cast<unsigned>(Co), 1, conv::kBiasThreads,

@@ -43,7 +43,10 @@ void emulated_scatter_add(float* rows, const float* dout, const int32_t* tokens,
     return (static_cast<uint32_t>(keys[a]) & mask) < (static_cast<uint32_t>(keys[b]) & mask);
   });
   std::vector<int32_t> sorted_keys(N), sorted_pos(N);
-  for (int64_t i = 0; i < N; ++i) sorted_keys[i] = keys[order[i]] & static_cast<int32_t>(mask), sorted_pos[i] = pos[order[i]];
+  for (int64_t i = 0; i < N; ++i) {
+    sorted_keys[i] = keys[order[i]] & static_cast<int32_t>(mask);
+    sorted_pos[i] = pos[order[i]];
+  }
   launch_serial(static_cast<unsigned>(N), 1, emb::kRunThreads,
                 [&] { emb::add_runs_in_order(rows, dout, sorted_keys.data(), sorted_pos.data(), N, R, C); });
 }
@@ -86,7 +89,8 @@ TEST(EmbeddingEmulated, VocabularyShardTakesOnlyItsRows) {
   const int64_t N = 90, V = 40, C = 9;
   const auto ids = skewed_ids(N, V, 4);
   const auto dout = uniform(static_cast<size_t>(N * C), 5, -1, 1);
-  for (const auto& [start, R] : std::vector<std::pair<int64_t, int64_t>>{{0, 10}, {10, 10}, {30, 12}, {0, 40}, {2, 1}}) {
+  const std::vector<std::pair<int64_t, int64_t>> shards = {{0, 10}, {10, 10}, {30, 12}, {0, 40}, {2, 1}};
+  for (const auto& [start, R] : shards) {
     SCOPED_TRACE("start=" + std::to_string(start) + " R=" + std::to_string(R));
     const auto init = uniform(static_cast<size_t>(R * C), 6, -1, 1);
     std::vector<float> want = init, got = init;
@@ -116,7 +120,9 @@ TEST(EmbeddingEmulated, BadIdsAddNothing) {
 
 TEST(EmbeddingEmulated, SortBitsHoldEveryKey) {
   // Keys run from 0 to R (R: the ids outside the rows), all below 2^end_bit, within 31 bits.
-  for (const int64_t R : std::initializer_list<int64_t>{1, 2, 3, 4, 7, 8, 255, 256, 50257, 50304, (int64_t{1} << 30) - 1, int64_t{1} << 30}) {
+  const std::vector<int64_t> sizes = {1, 2, 3, 4, 7, 8, 255, 256, 50257,
+                                      50304, (int64_t{1} << 30) - 1, int64_t{1} << 30};
+  for (const int64_t R : sizes) {
     const int e = emb::sort_end_bit(R);
     EXPECT_LT(R, int64_t{1} << e) << "R=" << R;
     EXPECT_LE(e, 31) << "R=" << R;

@@ -21,7 +21,9 @@ template <DType T>
 struct CudaConvOps {
   // Scratch on the current GPU (the caching allocator; stream-ordered reuse).
   Tensor scratch(int64_t n, DType dtype) const { return Tensor::empty({n}, dtype, Device::CUDA); }
-  void im2col(void* col, const void* inp, int64_t cnt, const Geom& g) const { conv_detail::im2col<T>(col, inp, cnt, g); }
+  void im2col(void* col, const void* inp, int64_t cnt, const Geom& g) const {
+    conv_detail::im2col<T>(col, inp, cnt, g);
+  }
   void col2im_add(void* dinp, const float* dcol, int64_t cnt, const Geom& g) const {
     conv_detail::col2im_add<T>(dinp, dcol, cnt, g);
   }

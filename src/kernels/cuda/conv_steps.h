@@ -1,8 +1,9 @@
 // The CUDA conv2d's host algorithm (conv.h says what it computes): the size checks, the chunks
 // of images and, per chunk, the order of the device passes and GEMMs with their transposes,
-// leading dimensions and betas; and the max-pool backward's widening around its pass. It is written over `Ops`, so that conv.cpp runs it on a GPU
-// (its passes conv_kernels.h, its GEMMs cuBLASLt) and tests/kernels/conv_emulated_test.cpp runs
-// the same code on the CPU (the passes' kernels over the emulated CUDA built-ins, a plain GEMM).
+// leading dimensions and betas; and the max-pool backward's widening around its pass. It is
+// written over `Ops`, so that conv.cpp runs it on a GPU (its passes conv_kernels.h, its GEMMs
+// cuBLASLt) and tests/kernels/conv_emulated_test.cpp runs the same code on the CPU (the passes'
+// kernels over the emulated CUDA built-ins, a plain GEMM).
 //
 // Ops, for one dtype T (float, or bf16/f16 bits), every pointer memory of the Ops' device:
 //   Buffer scratch(int64_t n, DType dtype)       n elements of dtype, alive while the Buffer is
