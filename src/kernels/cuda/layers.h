@@ -24,6 +24,8 @@
 #include <cstdint>
 #include <string>
 
+#include "paratrain/tensor/dtype.h"
+
 namespace paratrain::kernels::cuda {
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
