@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
-#include "support/expect_close.h"
+#include "support/expect_values.h"
 #include "paratrain/base/error.h"
 #include "paratrain/kernels/cpu/conv.h"
 #include "paratrain/kernels/cpu/elementwise.h"
@@ -46,6 +46,7 @@ constexpr Device kGpu = Device::CUDA;
 constexpr Device kCpu = Device::CPU;
 
 using test::expect_close;
+using test::expect_same_bits;
 using test::Tolerance;
 constexpr Tolerance kF32Tol{1e-5, 5e-5};
 constexpr Tolerance kBF16Tol{1e-2, 2e-3};
@@ -95,15 +96,6 @@ struct Operand {
 };
 
 
-// Bit-for-bit equality of two float vectors (NaNs included).
-void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  size_t bad = 0;
-  for (size_t i = 0; i < want.size(); ++i)
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && ++bad <= 5)
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i];
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << want.size() << " elements differ";
-}
 
 struct ConvCase {
   int64_t N, Ci, H, W, Co, K, stride, pad;

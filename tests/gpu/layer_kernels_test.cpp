@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
-#include "support/expect_close.h"
+#include "support/expect_values.h"
 #include "paratrain/base/env.h"
 #include "paratrain/base/error.h"
 #include "kernels/cuda/layers.h"

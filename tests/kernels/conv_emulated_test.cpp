@@ -24,7 +24,7 @@
 #include "kernels/test_util.h"
 #include "paratrain/kernels/cpu/conv.h"
 #include "paratrain/kernels/registry.h"
-#include "support/expect_close.h"
+#include "support/expect_values.h"
 
 namespace paratrain::kernels::cuda::conv_detail {
 namespace {
@@ -52,8 +52,8 @@ using paratrain::kernels::cpu::testing::uniform;
 namespace conv = paratrain::kernels::cuda::conv_detail;
 namespace emulated = paratrain::kernels::emulated;
 
-constexpr unsigned kThreads = 256;  // launch.h: grid_for's blocks
-unsigned grid_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
+using paratrain::kernels::cuda::detail::grid_for;  // the launches' grids (grid_stride.cuh)
+using paratrain::kernels::cuda::detail::kThreads;
 
 struct HostBuffer {
   std::shared_ptr<std::vector<unsigned char>> mem;
@@ -127,6 +127,7 @@ struct EmulatedOps {
 };
 
 using paratrain::test::expect_close;
+using paratrain::test::expect_same_bits;
 using paratrain::test::Tolerance;
 
 // Values of dtype E (stored) from f32 ones, and back.
@@ -144,14 +145,6 @@ std::vector<float> values(const std::vector<typename E::S>& s) {
 }
 
 
-template <typename S>
-void expect_same_bits(const std::vector<S>& got, const std::vector<S>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  size_t bad = 0;
-  for (size_t i = 0; i < want.size(); ++i)
-    if (std::memcmp(&got[i], &want[i], sizeof(S)) != 0 && ++bad <= 3) ADD_FAILURE() << what << "[" << i << "] differs";
-  EXPECT_EQ(bad, 0u) << what;
-}
 
 struct ConvCase {
   int64_t N, Ci, H, W, Co, K, stride, pad;

@@ -20,15 +20,16 @@
 #include "kernels/cuda/embedding_kernels.cuh"
 #include "kernels/test_util.h"
 #include "paratrain/kernels/cpu/embedding.h"
+#include "support/expect_values.h"
 
 namespace {
 namespace emb = paratrain::kernels::cuda::emb;
 namespace cpu = paratrain::kernels::cpu;
 using paratrain::kernels::cpu::testing::uniform;
 
-constexpr unsigned kThreads = 256;  // launch.h's kThreads, embedding.cu's grid-stride blocks
-
-unsigned grid_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
+using paratrain::kernels::cuda::detail::grid_for;  // embedding.cu's grid-stride launches (grid_stride.cuh)
+using paratrain::kernels::cuda::detail::kThreads;
+using paratrain::test::expect_same_bits;
 
 // embedding.cu's ordered_scatter_add: rows (R, C) += dout rows of the ids in [start, start + R).
 void emulated_scatter_add(float* rows, const float* dout, const int32_t* tokens, int64_t N, int64_t start, int64_t R,
@@ -51,14 +52,6 @@ void emulated_scatter_add(float* rows, const float* dout, const int32_t* tokens,
                 [&] { emb::add_runs_in_order(rows, dout, sorted_keys.data(), sorted_pos.data(), N, R, C); });
 }
 
-void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
-  ASSERT_EQ(got.size(), want.size());
-  size_t differ = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && ++differ <= 3)
-      ADD_FAILURE() << what << " [" << i << "]: " << got[i] << " vs the CPU's " << want[i];
-  EXPECT_EQ(differ, 0u) << what;
-}
 
 // N ids over a vocabulary of V, a few of them repeated many times (long runs).
 std::vector<int32_t> skewed_ids(int64_t N, int64_t V, uint32_t seed) {

@@ -17,7 +17,7 @@
 #include "kernels/cuda_emulation.h"
 #include "kernels/test_util.h"
 #include "paratrain/kernels/cpu/orthogonalize.h"
-#include "support/expect_close.h"
+#include "support/expect_values.h"
 
 namespace paratrain::kernels::cuda::gs {
 namespace {

@@ -16,19 +16,12 @@ using detail::block_sum;
 namespace paratrain::kernels::cuda::conv_detail {
 namespace {
 
+using detail::launch_over;
+
 template <DType T>
 using E = detail::Elem<T>;
 template <DType T>
 using S = typename E<T>::S;
-
-// Queues kernel<<<grid_for(n), kThreads>>>(args...) for n elements (nothing for n == 0).
-template <typename... Params, typename... Args>
-void launch_over(int64_t n, const char* who, void (*kernel)(Params...), Args... args) {
-  detail::check_count(n, who);
-  if (n == 0) return;
-  kernel<<<detail::grid_for(n), detail::kThreads, 0, detail::stream()>>>(args...);
-  PT_CUDA_CHECK_LAUNCH();
-}
 
 }  // namespace
 

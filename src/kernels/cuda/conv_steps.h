@@ -76,13 +76,14 @@ void backward_chunks(Ops& ops, void* dinp, void* dweight, void* dbias, const voi
   const int64_t R = g.rows(), L = g.cols(), Co = g.Co, es = static_cast<int64_t>(dtype_size(T));
   if (dbias) ops.bias_grad(dbias, dout, N, Co, L);
   if ((!dinp && !dweight) || N == 0) return;
-  decltype(ops.scratch(0, T)) dw_holder{};
+  using Buffer = decltype(ops.scratch(0, T));
+  Buffer dw_holder{};
   float* dw = dweight ? ops.as_f32(dweight, Co * R, dw_holder) : nullptr;  // accumulates across chunks
   auto col = ops.scratch(R * nb * L, T);
   auto cm = ops.scratch(Co * nb * L, T);
   // dcol, f32 for col2im: for f32 it reuses col (the dweight GEMM reading col is queued before
   // on the same stream); the halves' col is in their type, so dcol is its own buffer.
-  decltype(ops.scratch(0, T)) dcol_holder{};
+  Buffer dcol_holder{};
   float* dcol = nullptr;
   if (dinp) {
     if (T != DType::F32) dcol_holder = ops.scratch(R * nb * L, DType::F32);

@@ -91,9 +91,8 @@ void ordered_scatter_add(float* rows, const float* dout, const int32_t* tokens, 
   Tensor pos_in = Tensor::empty({N}, DType::I32, dev), pos = Tensor::empty({N}, DType::I32, dev);
   auto* ki = static_cast<int32_t*>(keys_in.data_ptr());
   auto* pi = static_cast<int32_t*>(pos_in.data_ptr());
+  detail::launch_over(N, who, emb::shard_keys, ki, pi, tokens, N, start, R);
   cudaStream_t s = detail::stream();
-  emb::shard_keys<<<detail::grid_for(N), detail::kThreads, 0, s>>>(ki, pi, tokens, N, start, R);
-  PT_CUDA_CHECK_LAUNCH();
   const int end_bit = emb::sort_end_bit(R);
   auto* ko = static_cast<int32_t*>(keys.data_ptr());
   auto* po = static_cast<int32_t*>(pos.data_ptr());
@@ -172,10 +171,8 @@ void encoder_backward(void* dwte, void* dwpe, const void* dout, const int32_t* t
   auto* g = static_cast<const float*>(dout);
   if (dwte) embedding_backward(dwte, dout, tokens, B * T, V, C);
   if (dwpe) {
-    if (T * C == 0) return;
-    emb::add_positions_in_order<<<detail::grid_for(T * C), detail::kThreads, 0, detail::stream()>>>(
-        static_cast<float*>(dwpe), g, B, T, C);
-    PT_CUDA_CHECK_LAUNCH();
+    detail::launch_over(T * C, "encoder_backward", emb::add_positions_in_order, static_cast<float*>(dwpe), g, B, T,
+                        C);
   }
 }
 

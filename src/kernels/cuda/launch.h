@@ -3,8 +3,8 @@
 //    ceil_div() for grid sizes;
 //  - per_device<S>(): one S per device, made on first use on that device and kept for the
 //    life of the process (never destroyed: CUDA may be torn down before static destructors);
-//  - (nvcc only) grid_for / launch_each: a grid-stride loop over n elements with int64
-//    indices, and Elem<T>: the load (widen to f32, exact) and store (round to nearest even,
+//  - (nvcc only) launch_each / launch_over: a grid-stride loop over n elements with int64
+//    indices (grid_stride.cuh: grid_for, kThreads) over a lambda or a kernel, and Elem<T>: the load (widen to f32, exact) and store (round to nearest even,
 //    NaN stays NaN, overflow to inf) of one element of dtype T, bit for bit the CPU rules
 //    (tensor/dtype.h f32_to_bf16; kernels/cpu/half_util.h f16 scalar conversions).
 // Thread-safety: stream() and per_device() may be called from any thread.
@@ -24,6 +24,8 @@
 
 #ifdef __CUDACC__
 #include <cuda_fp16.h>
+
+#include "kernels/cuda/grid_stride.cuh"
 #endif
 
 namespace paratrain::kernels::cuda::detail {
@@ -51,19 +53,9 @@ inline void check_count(int64_t n, const char* who) {
 
 #ifdef __CUDACC__
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65535;
-
-// Blocks for a grid-stride loop over n elements (n >= 1).
-inline unsigned grid_for(int64_t n, int threads = kThreads) {
-  const int64_t b = (n + threads - 1) / threads;
-  return static_cast<unsigned>(b < kMaxBlocks ? b : kMaxBlocks);
-}
-
 template <typename F>
 __global__ void each_index_kernel(int64_t n, F f) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) f(i);
+  for (int64_t i = grid_first(); i < n; i += grid_step()) f(i);
 }
 
 // Calls f(i) for every i in [0, n) on the compute stream; n == 0 launches nothing.
@@ -72,6 +64,16 @@ void launch_each(int64_t n, const char* who, F f) {
   check_count(n, who);
   if (n == 0) return;
   each_index_kernel<<<grid_for(n), kThreads, 0, stream()>>>(n, f);
+  PT_CUDA_CHECK_LAUNCH();
+}
+
+// Queues kernel<<<grid_for(n), kThreads>>>(args...) on the compute stream: a kernel whose
+// grid-stride loop (grid_stride.cuh) covers n elements; n == 0 launches nothing.
+template <typename... Params, typename... Args>
+void launch_over(int64_t n, const char* who, void (*kernel)(Params...), Args... args) {
+  check_count(n, who);
+  if (n == 0) return;
+  kernel<<<grid_for(n), kThreads, 0, stream()>>>(args...);
   PT_CUDA_CHECK_LAUNCH();
 }
 
