@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
+#include "support/conv_case.h"
 #include "support/expect_values.h"
 #include "paratrain/base/error.h"
 #include "paratrain/kernels/cpu/conv.h"
@@ -40,6 +41,7 @@
 namespace paratrain::kernels {
 namespace {
 
+using test::ConvCase;
 using test::DevBuf;
 
 constexpr Device kGpu = Device::CUDA;
@@ -93,18 +95,6 @@ struct Operand {
     return t == DType::F32 ? d.get<float>() : widen(t, d.get<uint16_t>());
   }
   std::vector<float> values() const { return t == DType::F32 ? f32 : widen(t, half); }
-};
-
-
-
-struct ConvCase {
-  int64_t N, Ci, H, W, Co, K, stride, pad;
-  bool bias;
-  std::string name() const {
-    return "N" + std::to_string(N) + " Ci" + std::to_string(Ci) + " " + std::to_string(H) + "x" + std::to_string(W) +
-           " Co" + std::to_string(Co) + " K" + std::to_string(K) + " s" + std::to_string(stride) + " p" +
-           std::to_string(pad) + (bias ? " bias" : " no bias");
-  }
 };
 
 const std::vector<ConvCase> kConvCases = {

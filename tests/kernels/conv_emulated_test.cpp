@@ -24,6 +24,7 @@
 #include "kernels/test_util.h"
 #include "paratrain/kernels/cpu/conv.h"
 #include "paratrain/kernels/registry.h"
+#include "support/conv_case.h"
 #include "support/expect_values.h"
 
 namespace paratrain::kernels::cuda::conv_detail {
@@ -126,6 +127,7 @@ struct EmulatedOps {
   }
 };
 
+using paratrain::test::ConvCase;
 using paratrain::test::expect_close;
 using paratrain::test::expect_same_bits;
 using paratrain::test::Tolerance;
@@ -145,11 +147,6 @@ std::vector<float> values(const std::vector<typename E::S>& s) {
 }
 
 
-
-struct ConvCase {
-  int64_t N, Ci, H, W, Co, K, stride, pad;
-  bool bias;
-};
 const std::vector<ConvCase> kConvCases = {
     {3, 2, 7, 9, 5, 3, 1, 1, true},    // odd sizes, "same" padding
     {3, 3, 11, 6, 4, 5, 2, 2, true},   // stride 2, K 5
@@ -164,9 +161,7 @@ void check_conv(const ConvCase& c, int64_t nb, Tolerance tol) {
   using S = typename E::S;
   constexpr DType t = E::kType;
   const conv::Geom g = conv::geometry(c.N, c.Ci, c.H, c.W, c.Co, c.K, c.stride, c.pad, "test");
-  SCOPED_TRACE(std::string(paratrain::dtype_name(t)) + " N" + std::to_string(c.N) + " Ci" + std::to_string(c.Ci) +
-               " K" + std::to_string(c.K) + " s" + std::to_string(c.stride) + " p" + std::to_string(c.pad) +
-               ", images per chunk " + std::to_string(nb));
+  SCOPED_TRACE(std::string(paratrain::dtype_name(t)) + " " + c.name() + ", images per chunk " + std::to_string(nb));
   const size_t n_in = c.N * c.Ci * c.H * c.W, n_w = c.Co * g.rows(), n_out = c.N * c.Co * g.cols();
   const uint32_t seed = static_cast<uint32_t>(c.N * 1000 + c.Ci * 100 + c.K * 10 + c.stride);
   const auto inp = stored<E>(uniform(n_in, seed, -1, 1)), weight = stored<E>(uniform(n_w, seed + 1, -0.5f, 0.5f)),
