@@ -2,8 +2,9 @@
 // the chunks of images, the passes and GEMMs of each chunk with their transposes, leading
 // dimensions and betas), over Ops whose device passes are the kernels of conv_kernels.cuh on
 // the emulated CUDA built-ins (tests/kernels/cuda_emulation.h; the bias gradient's block of 256
-// threads with a block sum over them) and whose GEMM is a plain loop on the widened operands
-// with f32 sums (what cuBLASLt computes: each product of two half values is exact in f32).
+// threads with block_reduce.cuh's block_sum over them) and whose GEMM is a plain loop on the
+// widened operands with f32 sums (what cuBLASLt computes: each product of two half values is
+// exact in f32).
 // Scratch starts as NaN, so a read of what no pass wrote shows. Against the CPU kernels
 // (registry tables, Device::CPU) in f32, bf16 and f16, with the real chunk size and with chunks
 // of one and two images, every gradient and each alone, into prefilled gradients; tolerances
@@ -27,19 +28,10 @@
 #include "support/conv_case.h"
 #include "support/expect_values.h"
 
+#include "kernels/cuda/block_reduce.cuh"
+
 namespace paratrain::kernels::cuda::conv_detail {
-namespace {
-// block_reduce.cuh's block_sum over every thread of the emulated block.
-float g_slots[1024];
-float block_sum(float v) {
-  g_slots[threadIdx.x] = v;
-  __syncthreads();
-  float r = 0.0f;
-  for (unsigned i = 0; i < blockDim.x; ++i) r += g_slots[i];
-  __syncthreads();
-  return r;
-}
-}  // namespace
+using detail::block_sum;  // as conv_kernels.cu
 }  // namespace paratrain::kernels::cuda::conv_detail
 
 #include "kernels/cuda/conv_kernels.cuh"
@@ -145,7 +137,6 @@ std::vector<float> values(const std::vector<typename E::S>& s) {
   for (size_t i = 0; i < s.size(); ++i) v[i] = E::load(s[i]);
   return v;
 }
-
 
 const std::vector<ConvCase> kConvCases = {
     {3, 2, 7, 9, 5, 3, 1, 1, true},    // odd sizes, "same" padding

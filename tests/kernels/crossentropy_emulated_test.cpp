@@ -1,7 +1,7 @@
 // The CUDA cross-entropy kernels (kernels/cuda/crossentropy_kernels.cuh) run on the CPU over the
 // emulation of the CUDA built-ins (tests/kernels/cuda_emulation.h: a block's 256 threads are
-// host threads) and of the block reductions (block_max, block_sum: every thread's value through
-// shared memory between two barriers), with crossentropy.cu's launch shape (a block of 256
+// host threads) with block_reduce.cuh's block_max and block_sum (warp shuffles, then the warps'
+// results through shared memory), as crossentropy.cu, and its launch shape (a block of 256
 // threads per row), against the CPU kernels (kernels/cpu/softmax.h) in f32, bf16 and f16:
 // rows shorter than the block (most threads read nothing: their running max stays -inf and
 // adds nothing) and longer (several passes, the running sums rescaled), -inf logits, rows ld >
@@ -24,22 +24,11 @@
 #include "paratrain/kernels/cpu/softmax.h"
 #include "paratrain/kernels/registry.h"
 
+#include "kernels/cuda/block_reduce.cuh"
+
 namespace paratrain::kernels::cuda::xent {
-namespace {
-// The block reductions (block_reduce.cuh) over every thread of the emulated block.
-float g_slots[1024];
-template <typename Op>
-float block_reduce(float v, float init, Op op) {
-  g_slots[threadIdx.x] = v;
-  __syncthreads();
-  float r = init;
-  for (unsigned i = 0; i < blockDim.x; ++i) r = op(r, g_slots[i]);
-  __syncthreads();
-  return r;
-}
-float block_max(float v) { return block_reduce(v, -INFINITY, [](float a, float b) { return fmaxf(a, b); }); }
-float block_sum(float v) { return block_reduce(v, 0.0f, [](float a, float b) { return a + b; }); }
-}  // namespace
+using detail::block_max;  // as crossentropy.cu
+using detail::block_sum;
 }  // namespace paratrain::kernels::cuda::xent
 
 #include "kernels/cuda/crossentropy_kernels.cuh"

@@ -13,8 +13,12 @@
 // shuffles: reaching either there aborts).
 //
 // Include it before the kernel header, at global scope; the names it defines are those CUDA
-// gives (threadIdx, blockIdx, blockDim, uint4, __nv_bfloat16, __half, ...), in an unnamed
-// namespace; to_float() widens either 16-bit type.
+// gives (threadIdx, blockIdx, blockDim, uint4, __nv_bfloat16, __half, ...), in the namespace
+// paratrain_cuda_emulation, which the global namespace uses; to_float() widens either 16-bit
+// type. Its state (the thread and block indices, the barriers) is one per program, not one per
+// file: device functions with external linkage (block_reduce.cuh's, in a named namespace) are
+// one definition in a program whose test files each include them, and that one must see the
+// launch of whichever file runs it.
 // Blocks of at most 1024 threads. Not thread-safe: one launch at a time.
 #pragma once
 
@@ -39,12 +43,12 @@
 #define __shared__
 #define __align__(n)
 
-namespace {
+namespace paratrain_cuda_emulation {
 
 struct Dim { unsigned x = 0, y = 0, z = 0; };
-thread_local Dim threadIdx, blockIdx;
-Dim blockDim, gridDim;
-std::barrier<>* g_bar;
+inline thread_local Dim threadIdx, blockIdx;
+inline Dim blockDim, gridDim;
+inline std::barrier<>* g_bar;
 inline void __syncthreads() {
   if (!g_bar) {
     std::fprintf(stderr, "__syncthreads in a kernel run by launch_serial\n");
@@ -52,8 +56,8 @@ inline void __syncthreads() {
   }
   g_bar->arrive_and_wait();
 }
-float g_xch[1024];
-std::vector<std::unique_ptr<std::barrier<>>> g_warp_bars;  // one per warp of the block
+inline float g_xch[1024];
+inline std::vector<std::unique_ptr<std::barrier<>>> g_warp_bars;  // one per warp of the block
 inline unsigned linear_thread() { return threadIdx.y * blockDim.x + threadIdx.x; }
 inline float __shfl_xor_sync(unsigned, float v, int o) {
   const unsigned t = linear_thread();
@@ -121,4 +125,6 @@ void launch_serial(unsigned gx, unsigned gy, unsigned block, F&& f) {
       }
 }
 
-}  // namespace
+}  // namespace paratrain_cuda_emulation
+
+using namespace paratrain_cuda_emulation;  // NOLINT: the names CUDA code finds at global scope

@@ -1,6 +1,7 @@
 // The CUDA LayerNorm kernels (kernels/cuda/layernorm_kernels.cuh) run on the CPU over the
 // emulation of the CUDA built-ins (tests/kernels/cuda_emulation.h: a block's threads are host
-// threads, a warp's shuffles an exchange among its 32 lanes), with layernorm.cu's launch shapes
+// threads, a warp's shuffles an exchange among its 32 lanes) with block_reduce.cuh's warp_sum,
+// as layernorm.cu, and with its launch shapes
 // (a warp per row, 8 rows a block; the parameter sums in blocks of 32 columns x 8 over chunks of
 // rows, then the chunks added in order), against the CPU kernels (kernels/cpu/layernorm.h):
 // row counts that leave the last block's warps without a row, rows shorter and longer than a
@@ -19,14 +20,10 @@
 #include "kernels/test_util.h"
 #include "paratrain/kernels/cpu/layernorm.h"
 
+#include "kernels/cuda/block_reduce.cuh"
+
 namespace paratrain::kernels::cuda::ln {
-namespace {
-// block_reduce.cuh's warp_sum over the emulated warp's 32 lanes.
-float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-}  // namespace
+using detail::warp_sum;  // as layernorm.cu
 }  // namespace paratrain::kernels::cuda::ln
 
 #include "kernels/cuda/layernorm_kernels.cuh"

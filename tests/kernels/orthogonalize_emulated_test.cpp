@@ -1,7 +1,7 @@
 // The CUDA Gram-Schmidt kernel (kernels/cuda/orthogonalize_kernels.cuh, PowerSGD's P on a GPU)
 // runs on the CPU over the emulation of the CUDA built-ins (tests/kernels/cuda_emulation.h: its
-// block's 512 threads are host threads) and of block_sum_double (block_reduce.cuh's fixed tree
-// over shared memory, with its barriers), with orthogonalize.cu's launch (one block), against
+// block's 512 threads are host threads) with block_reduce.cuh's block_sum_double (a fixed tree
+// over shared memory, with its barriers), as orthogonalize.cu, and its launch (one block), against
 // the CPU kernel (kernels/cpu/orthogonalize.h): sizes around the block's 512 rows a pass, a zero
 // column kept zero, a nearly dependent column (column 0 plus 1e-3 noise) that the second pass
 // orthogonalises; the columns within 1e-6 of the CPU's and orthonormal. The GPU runs the same
@@ -19,22 +19,10 @@
 #include "paratrain/kernels/cpu/orthogonalize.h"
 #include "support/expect_values.h"
 
+#include "kernels/cuda/block_reduce.cuh"
+
 namespace paratrain::kernels::cuda::gs {
-namespace {
-// block_reduce.cuh's block_sum_double: the same tree over the emulated block's threads.
-double g_buf[1024];
-template <int kThreads>
-double block_sum_double(double v) {
-  __syncthreads();
-  g_buf[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (static_cast<int>(threadIdx.x) < s) g_buf[threadIdx.x] += g_buf[threadIdx.x + s];
-    __syncthreads();
-  }
-  return g_buf[0];
-}
-}  // namespace
+using detail::block_sum_double;  // as orthogonalize.cu
 }  // namespace paratrain::kernels::cuda::gs
 
 #include "kernels/cuda/orthogonalize_kernels.cuh"

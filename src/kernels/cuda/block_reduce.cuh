@@ -1,5 +1,5 @@
 // Warp and block reductions of f32 values for the CUDA layer kernels (layernorm.cu,
-// softmax.cu, crossentropy.cu, attention.cu). Device code only.
+// softmax.cu, crossentropy.cu, attention.cu, conv_kernels.cu, orthogonalize.cu, reduce.cu).
 //
 // lanes_sum<W> / lanes_max<W>: over aligned groups of W lanes of a warp (attention's
 // 16-thread score rows); warp_sum / warp_max: over the 32 lanes of a full warp. Every lane
@@ -11,9 +11,19 @@
 // block_sum_double<kThreads>: the same rules for doubles over a block of exactly kThreads
 // threads (a power of two), added in one fixed tree, so the result does not depend on
 // timing (the full reductions, reduce.cu and reduce_into.cu, and orthogonalize.cu).
+//
+// Host-compilable, as the kernel headers that call them (the shared arrays are
+// `static __shared__`, one per block in CUDA and in the CPU emulation), so that the kernels'
+// emulated tests (tests/kernels/*_emulated_test.cpp) run these reductions, shuffles and
+// barriers included, rather than stand-ins.
 #pragma once
 
+#ifdef __CUDACC__
 #include <cuda_runtime.h>
+#define PT_UNROLL _Pragma("unroll")
+#else
+#define PT_UNROLL
+#endif
 
 #include <cmath>
 
@@ -24,7 +34,7 @@ namespace paratrain::kernels::cuda::detail {
 template <int kLanes>
 __device__ __forceinline__ float lanes_sum(float v) {
   static_assert(kLanes >= 2 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "a power of two up to 32");
-#pragma unroll
+  PT_UNROLL
   for (int o = kLanes / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
@@ -32,7 +42,7 @@ __device__ __forceinline__ float lanes_sum(float v) {
 template <int kLanes>
 __device__ __forceinline__ float lanes_max(float v) {
   static_assert(kLanes >= 2 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "a power of two up to 32");
-#pragma unroll
+  PT_UNROLL
   for (int o = kLanes / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
@@ -41,7 +51,7 @@ __device__ __forceinline__ float warp_sum(float v) { return lanes_sum<32>(v); }
 __device__ __forceinline__ float warp_max(float v) { return lanes_max<32>(v); }
 
 __device__ __forceinline__ float block_sum(float v) {
-  __shared__ float slots[32];
+  static __shared__ float slots[32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
   v = warp_sum(v);
   __syncthreads();  // the previous call's readers are done with `slots`
@@ -51,7 +61,7 @@ __device__ __forceinline__ float block_sum(float v) {
 }
 
 __device__ __forceinline__ float block_max(float v) {
-  __shared__ float slots[32];
+  static __shared__ float slots[32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
   v = warp_max(v);
   __syncthreads();
@@ -63,7 +73,7 @@ __device__ __forceinline__ float block_max(float v) {
 template <int kThreads>
 __device__ __forceinline__ double block_sum_double(double v) {
   static_assert(kThreads >= 2 && kThreads <= 1024 && (kThreads & (kThreads - 1)) == 0, "a power of two up to 1024");
-  __shared__ double buf[kThreads];
+  static __shared__ double buf[kThreads];
   __syncthreads();  // the previous call's readers are done with `buf`
   buf[threadIdx.x] = v;
   __syncthreads();
@@ -75,3 +85,5 @@ __device__ __forceinline__ double block_sum_double(double v) {
 }
 
 }  // namespace paratrain::kernels::cuda::detail
+
+#undef PT_UNROLL
