@@ -11,7 +11,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -19,9 +18,11 @@
 #include "kernels/emulated_elements.h"
 #include "kernels/test_util.h"
 #include "kernels/cuda/attention_parts_kernels.cuh"
+#include "kernels/cuda/grid_stride.cuh"
 #include "paratrain/kernels/cpu/attention_parts.h"
 #include "paratrain/kernels/registry.h"
 #include "paratrain/tensor/dtype.h"
+#include "support/expect_values.h"
 
 namespace {
 namespace cpu = paratrain::kernels::cpu;
@@ -30,16 +31,13 @@ using paratrain::Device;
 using paratrain::kernels::registry;
 using paratrain::kernels::cpu::testing::uniform;
 
-constexpr unsigned kThreads = 256;  // attention_parts.cu's block
+using paratrain::kernels::cuda::detail::kThreads;  // attention_parts.cu's block (grid_stride.cuh)
 
 using paratrain::kernels::emulated::BF16;
 using paratrain::kernels::emulated::F16;
 using paratrain::kernels::emulated::F32;
 
-template <typename T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
+using paratrain::test::expect_same_bits;
 
 template <typename E>
 void check_split_merge(int64_t B, int64_t T, int64_t NH, int64_t hs) {
@@ -55,7 +53,7 @@ void check_split_merge(int64_t B, int64_t T, int64_t NH, int64_t hs) {
     launch_serial(static_cast<unsigned>(B * T), 1, kThreads, [&] {
       parts::split_rows_kernel<E>(got.data(), x.data(), B, T, int(C), int(NH), int(P));
     });
-    EXPECT_TRUE(same_bits(got, want)) << "split";
+    expect_same_bits(got, want, "split");
     const auto heads = uniform(x.size(), 8, -1, 1);
     for (bool acc : {false, true}) {
       std::vector<typename E::S> y_want = x, y_got = x;
@@ -63,7 +61,7 @@ void check_split_merge(int64_t B, int64_t T, int64_t NH, int64_t hs) {
       launch_serial(static_cast<unsigned>(B * T), 1, kThreads, [&] {
         parts::merge_rows_kernel<E>(y_got.data(), heads.data(), B, T, int(C), int(NH), int(P), acc);
       });
-      EXPECT_TRUE(same_bits(y_got, y_want)) << "merge, accumulate " << acc;
+      expect_same_bits(y_got, y_want, "merge, accumulate " + std::to_string(acc));
     }
   }
 }
@@ -101,7 +99,7 @@ void check_chunk(int64_t BH, int64_t T, int64_t r0, int64_t rows) {
   cpu::attention_chunk_dscores(ds_want.data(), want.data(), D.data(), BH, T, r0, rows);
   launch_serial(static_cast<unsigned>(BH * rows), 1, kThreads,
          [&] { parts::chunk_dscores_rows_kernel(ds_got.data(), want.data(), D.data(), T, r0, rows); });
-  EXPECT_TRUE(same_bits(ds_got, ds_want)) << "dscores";
+  expect_same_bits(ds_got, ds_want, "dscores");
 }
 
 TEST(AttentionPartsEmulated, ChunkProbsAndDscoresFollowTheCpu) {

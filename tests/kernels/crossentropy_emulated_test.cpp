@@ -40,8 +40,6 @@ using paratrain::kernels::cpu::testing::uniform;
 namespace xent = paratrain::kernels::cuda::xent;
 namespace emulated = paratrain::kernels::emulated;
 
-constexpr unsigned kThreads = 256;  // crossentropy.cu's block
-
 template <typename S>
 uint64_t bits(S v) {
   uint64_t b = 0;
@@ -72,7 +70,7 @@ void check_rows(int64_t V, int64_t ld) {
   std::vector<float> loss_want(N), lse_want(N), loss_got(N, -9), lse_got(N, -9);
   registry().crossentropy_forward.at(Device::CPU, E::kType)(loss_want.data(), lse_want.data(), logits.data(),
                                                              targets.data(), N, V, ld);
-  launch(static_cast<unsigned>(N), 1, kThreads, [&] {
+  launch(static_cast<unsigned>(N), 1, xent::kThreads, [&] {
     xent::forward_kernel<E>(loss_got.data(), lse_got.data(), logits.data(), targets.data(), V, ld);
   });
   for (int64_t r = 0; r < N; ++r) {
@@ -87,11 +85,11 @@ void check_rows(int64_t V, int64_t ld) {
   std::vector<S> d_want(logits.size(), sentinel), d_got(logits.size(), sentinel);
   registry().crossentropy_backward.at(Device::CPU, E::kType)(d_want.data(), dl.data(), logits.data(),
                                                               lse_want.data(), targets.data(), N, V, ld);
-  launch(static_cast<unsigned>(N), 1, kThreads, [&] {
+  launch(static_cast<unsigned>(N), 1, xent::kThreads, [&] {
     xent::backward_kernel<E>(d_got.data(), dl.data(), logits.data(), lse_want.data(), targets.data(), V, ld);
   });
   std::vector<S> in_place = logits;
-  launch(static_cast<unsigned>(N), 1, kThreads, [&] {
+  launch(static_cast<unsigned>(N), 1, xent::kThreads, [&] {
     xent::backward_kernel<E>(in_place.data(), dl.data(), in_place.data(), lse_want.data(), targets.data(), V, ld);
   });
   // One rounding of the type (the exp's last f32 bit can flip it) and f32 error below that.
@@ -128,12 +126,12 @@ TEST(CrossEntropyEmulated, ABadTargetIsANaNLossAndRow) {
   const auto logits = uniform(static_cast<size_t>(2 * V), 5, -1, 1);
   const std::vector<int32_t> targets = {static_cast<int32_t>(V), -7};
   std::vector<float> loss(2, 0), lse(2, 0), d(logits.size(), 0), dl(2, 1.0f);
-  launch(2, 1, kThreads, [&] {
+  launch(2, 1, xent::kThreads, [&] {
     xent::forward_kernel<emulated::F32>(loss.data(), lse.data(), logits.data(), targets.data(), V, V);
   });
   EXPECT_TRUE(std::isnan(loss[0]) && std::isnan(loss[1]));
   EXPECT_TRUE(std::isfinite(lse[0]) && std::isfinite(lse[1])) << "lse does not depend on the target";
-  launch(2, 1, kThreads, [&] {
+  launch(2, 1, xent::kThreads, [&] {
     xent::backward_kernel<emulated::F32>(d.data(), dl.data(), logits.data(), lse.data(), targets.data(), V, V);
   });
   for (float x : d) ASSERT_TRUE(std::isnan(x));

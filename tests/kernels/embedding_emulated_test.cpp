@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -51,7 +50,6 @@ void emulated_scatter_add(float* rows, const float* dout, const int32_t* tokens,
   launch_serial(static_cast<unsigned>(N), 1, emb::kRunThreads,
                 [&] { emb::add_runs_in_order(rows, dout, sorted_keys.data(), sorted_pos.data(), N, R, C); });
 }
-
 
 // N ids over a vocabulary of V, a few of them repeated many times (long runs).
 std::vector<int32_t> skewed_ids(int64_t N, int64_t V, uint32_t seed) {

@@ -26,7 +26,6 @@ namespace {
 
 using detail::Elem;
 
-constexpr int kThreads = 256;
 static_assert(xent::kIgnore == cpu::kIgnoreIndex, "the kernels' ignored target is the CPU's");
 
 bool check(int64_t N, int64_t V, int64_t ld, const char* who) {
@@ -40,7 +39,7 @@ template <DType D>
 void forward(float* losses, float* lse, const void* logits, const int32_t* targets, int64_t N, int64_t V, int64_t ld) {
   if (!check(N, V, ld, "crossentropy_forward")) return;
   using S = typename Elem<D>::S;
-  xent::forward_kernel<Elem<D>><<<static_cast<unsigned>(N), kThreads, 0, detail::stream()>>>(
+  xent::forward_kernel<Elem<D>><<<static_cast<unsigned>(N), xent::kThreads, 0, detail::stream()>>>(
       losses, lse, static_cast<const S*>(logits), targets, V, ld);
   PT_CUDA_CHECK_LAUNCH();
 }
@@ -50,7 +49,7 @@ void backward(void* dlogits, const float* dlosses, const void* logits, const flo
               int64_t N, int64_t V, int64_t ld) {
   if (!check(N, V, ld, "crossentropy_backward")) return;
   using S = typename Elem<D>::S;
-  xent::backward_kernel<Elem<D>><<<static_cast<unsigned>(N), kThreads, 0, detail::stream()>>>(
+  xent::backward_kernel<Elem<D>><<<static_cast<unsigned>(N), xent::kThreads, 0, detail::stream()>>>(
       static_cast<S*>(dlogits), dlosses, static_cast<const S*>(logits), lse, targets, V, ld);
   PT_CUDA_CHECK_LAUNCH();
 }

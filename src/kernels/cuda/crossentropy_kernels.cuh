@@ -22,6 +22,7 @@ namespace paratrain::kernels::cuda::xent {
 namespace {
 
 constexpr int32_t kIgnore = -1;  // kernels/cpu/softmax.h kIgnoreIndex (crossentropy.cu checks)
+constexpr int kThreads = 256;    // a row's block (a multiple of 32, as block_sum needs)
 
 template <typename E>
 __global__ void forward_kernel(float* losses, float* lse, const typename E::S* logits, const int32_t* targets,

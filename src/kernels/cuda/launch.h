@@ -4,8 +4,9 @@
 //  - per_device<S>(): one S per device, made on first use on that device and kept for the
 //    life of the process (never destroyed: CUDA may be torn down before static destructors);
 //  - (nvcc only) launch_each / launch_over: a grid-stride loop over n elements with int64
-//    indices (grid_stride.cuh: grid_for, kThreads) over a lambda or a kernel, and Elem<T>: the load (widen to f32, exact) and store (round to nearest even,
-//    NaN stays NaN, overflow to inf) of one element of dtype T, bit for bit the CPU rules
+//    indices (grid_stride.cuh: grid_for, kThreads) over a lambda or a kernel, and Elem<T>: the
+//    load (widen to f32, exact) and store (round to nearest even, NaN stays NaN, overflow to
+//    inf) of one element of dtype T, bit for bit the CPU rules
 //    (tensor/dtype.h f32_to_bf16; kernels/cpu/half_util.h f16 scalar conversions).
 // Thread-safety: stream() and per_device() may be called from any thread.
 #pragma once

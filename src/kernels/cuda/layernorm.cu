@@ -35,7 +35,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   if (N < 0 || C <= 0) PT_THROW(InputError, "layernorm_forward (cuda): bad size N=", N, " C=", C);
   if (N == 0) return;
   ln::layernorm_forward_kernel<<<row_blocks(N), ln::kThreads, 0, detail::stream()>>>(out, mean, rstd, inp, weight,
-                                                                                         bias, N, C, eps);
+                                                                                     bias, N, C, eps);
   PT_CUDA_CHECK_LAUNCH();
 }
 
