@@ -2,7 +2,8 @@
 // layers call them, for gpt2-124m's shapes (B=8, T=1024, C=768, NH=12, V=50257): every
 // GEMM of a block and the LM head in bf16 (A, B, C bf16; f32 accumulation) and f32, c_fc with
 // its GELU fused and not, the
-// bf16 peak (8192^3), causal attention forward + backward (the tables' and the tiles'), the tied
+// bf16 peak (8192^3), causal attention forward + backward (the tables' form and every other one: flash in
+// every dtype, tiles, GEMMs with bf16 products), the tied
 // LM head with its loss (ops::linear_cross_entropy, and matmul then cross_entropy), LayerNorm. Prints one JSON line per kernel:
 //   {"kernel": ..., "dtype": ..., "ms": ..., "tflops": ...}
 // Timing: CUDA events around `iters` launches after 3 warm-up launches; the median of 5
@@ -44,20 +45,32 @@ Tensor random_on_gpu(const Shape& shape, DType dtype, uint32_t seed, float scale
   return Tensor::from_vector(v, shape).to(dtype).to(DeviceSpec{kGpu, 0});
 }
 
-// The flash kernels in the attention tables' signatures; a shape they do not take is an error.
+// The flash kernels in the attention tables' signatures (f32: the CUDA-core ones; bf16, f16: the
+// tensor-core ones); a shape they do not take is an error.
 template <DType D>
 void flash_forward(void* o, void* l, const void* x, int64_t b, int64_t t, int64_t c, int64_t nh) {
-  if (!kernels::cuda::attention_forward_flash(D, static_cast<uint16_t*>(o), static_cast<float*>(l),
-                                              static_cast<const uint16_t*>(x), b, t, c, nh))
-    throw std::runtime_error("the flash forward does not take this shape on this GPU");
+  bool taken;
+  if constexpr (D == DType::F32)
+    taken = kernels::cuda::attention_forward_flash_f32(static_cast<float*>(o), static_cast<float*>(l),
+                                                       static_cast<const float*>(x), b, t, c, nh);
+  else
+    taken = kernels::cuda::attention_forward_flash(D, static_cast<uint16_t*>(o), static_cast<float*>(l),
+                                                   static_cast<const uint16_t*>(x), b, t, c, nh);
+  if (!taken) throw std::runtime_error("the flash forward does not take this shape on this GPU");
 }
 template <DType D>
 void flash_backward(void* d, const void* g, const void* x, const void* o, const void* l, int64_t b, int64_t t,
                     int64_t c, int64_t nh) {
-  if (!kernels::cuda::attention_backward_flash(D, static_cast<uint16_t*>(d), static_cast<const uint16_t*>(g),
-                                               static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(o),
-                                               static_cast<const float*>(l), b, t, c, nh))
-    throw std::runtime_error("the flash backward does not take this shape on this GPU");
+  bool taken;
+  if constexpr (D == DType::F32)
+    taken = kernels::cuda::attention_backward_flash_f32(static_cast<float*>(d), static_cast<const float*>(g),
+                                                        static_cast<const float*>(x), static_cast<const float*>(o),
+                                                        static_cast<const float*>(l), b, t, c, nh);
+  else
+    taken = kernels::cuda::attention_backward_flash(D, static_cast<uint16_t*>(d), static_cast<const uint16_t*>(g),
+                                                    static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(o),
+                                                    static_cast<const float*>(l), b, t, c, nh);
+  if (!taken) throw std::runtime_error("the flash backward does not take this shape on this GPU");
 }
 
 // Median milliseconds of one call of f.
@@ -193,6 +206,7 @@ int main(int argc, char** argv) {
       // The flash kernels (kernels/cuda/layers.h); gpt2-124m's head size 64 is theirs.
       if (bf16) impls.push_back({" (flash)", {&flash_forward<DType::BF16>, &flash_backward<DType::BF16>}});
       if (dt == DType::F16) impls.push_back({" (flash)", {&flash_forward<DType::F16>, &flash_backward<DType::F16>}});
+      if (dt == DType::F32) impls.push_back({" (flash)", {&flash_forward<DType::F32>, &flash_backward<DType::F32>}});
       for (const auto& [suffix, fns] : impls) {
         const auto fwd = fns.first;
         const auto bwd = fns.second;

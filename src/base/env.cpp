@@ -37,8 +37,8 @@ const std::vector<VarInfo>& declared() {
       {"PARATRAIN_CUDA_ATTENTION", "gemm",
        "the CUDA attention kernels: gemm (batched f32 cuBLASLt GEMMs over every head, chunks of query rows), "
        "gemm-bf16 (the same; bf16 attention with bf16 products on tensor cores), flash (bf16 and f16: fused kernels "
-       "on tensor cores, no T x T matrix, P and dS rounded to the 16-bit type as FlashAttention does; f32: as "
-       "gemm) or tiles "
+       "on tensor cores, no T x T matrix, P and dS rounded to the 16-bit type as FlashAttention does; f32: their "
+       "f32 twins on the CUDA cores, f32 FMAs throughout) or tiles "
        "(one kernel per pass, 16x16 tiles in shared memory, f32)"},
       {"PARATRAIN_PROFILE", "0", "1 = time every op forward and backward and print a table after training"},
       {"PARATRAIN_LOG", "info",

@@ -443,21 +443,50 @@ bool flash_takes(int64_t C, int64_t NH) {
   PT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
   return bytes > 0 && bytes <= optin;
 }
+bool flash_f32_takes(int64_t C, int64_t NH) {
+  const int64_t bytes = cuda::flash_attention_f32_shared_bytes(C / NH);
+  int optin = 0;
+  PT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+  return bytes > 0 && bytes <= optin;
+}
+// f32: the f32 flash kernels (CUDA cores), as the tables run them under flash.
 template <DType D = kBF16>
 void flash_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
-  const bool taken = cuda::attention_forward_flash(D, static_cast<uint16_t*>(out), static_cast<float*>(lse),
-                                                   static_cast<const uint16_t*>(qkv), B, Tn, C, NH);
-  EXPECT_EQ(taken, flash_takes(C, NH)) << "the flash forward's shapes";
+  bool taken;
+  if constexpr (D == kF32) {
+    taken = cuda::attention_forward_flash_f32(static_cast<float*>(out), static_cast<float*>(lse),
+                                              static_cast<const float*>(qkv), B, Tn, C, NH);
+    EXPECT_EQ(taken, flash_f32_takes(C, NH)) << "the f32 flash forward's shapes";
+  } else {
+    taken = cuda::attention_forward_flash(D, static_cast<uint16_t*>(out), static_cast<float*>(lse),
+                                          static_cast<const uint16_t*>(qkv), B, Tn, C, NH);
+    EXPECT_EQ(taken, flash_takes(C, NH)) << "the flash forward's shapes";
+  }
   if (!taken) by_gemm_forward<D>(out, lse, qkv, B, Tn, C, NH);
 }
 template <DType D = kBF16>
 void flash_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse, int64_t B,
                     int64_t Tn, int64_t C, int64_t NH) {
-  const bool taken = cuda::attention_backward_flash(
-      D, static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout), static_cast<const uint16_t*>(qkv),
-      static_cast<const uint16_t*>(out), static_cast<const float*>(lse), B, Tn, C, NH);
-  EXPECT_EQ(taken, flash_takes(C, NH)) << "the flash backward's shapes";
+  bool taken;
+  if constexpr (D == kF32) {
+    taken = cuda::attention_backward_flash_f32(static_cast<float*>(dqkv), static_cast<const float*>(dout),
+                                               static_cast<const float*>(qkv), static_cast<const float*>(out),
+                                               static_cast<const float*>(lse), B, Tn, C, NH);
+    EXPECT_EQ(taken, flash_f32_takes(C, NH)) << "the f32 flash backward's shapes";
+  } else {
+    taken = cuda::attention_backward_flash(
+        D, static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout), static_cast<const uint16_t*>(qkv),
+        static_cast<const uint16_t*>(out), static_cast<const float*>(lse), B, Tn, C, NH);
+    EXPECT_EQ(taken, flash_takes(C, NH)) << "the flash backward's shapes";
+  }
   if (!taken) by_gemm_backward<D>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
+}
+// flash_forward / flash_backward for a dtype the flash kernels take (f32, bf16, f16).
+AttnForward flash_forward_table(DType dt) {
+  return dt == kF32 ? &flash_forward<kF32> : dt == kBF16 ? &flash_forward<kBF16> : &flash_forward<DType::F16>;
+}
+AttnBackward flash_backward_table(DType dt) {
+  return dt == kF32 ? &flash_backward<kF32> : dt == kBF16 ? &flash_backward<kBF16> : &flash_backward<DType::F16>;
 }
 // The tables' bf16 attention rounds P and dS where PARATRAIN_CUDA_ATTENTION says flash or
 // gemm-bf16: then the bf16-products tolerance.
@@ -468,7 +497,7 @@ std::vector<AttnImpl> attention_impls() {
   return {{"the table's", R().attention_forward.at(kGpu, kF32), R().attention_forward.at(kGpu, kBF16),
            R().attention_backward.at(kGpu, kF32), R().attention_backward.at(kGpu, kBF16), 128, table_bf16,
            table_bf16},
-          {"flash", &by_gemm_forward<kF32>, &flash_forward<>, &by_gemm_backward<kF32>, &flash_backward<>, 1 << 20,
+          {"flash", &flash_forward<kF32>, &flash_forward<>, &flash_backward<kF32>, &flash_backward<>, 1 << 20,
            bf16_products, bf16_products},
           {"by gemm, 16-row chunks", &by_gemm_forward<kF32>, &by_gemm_forward<kBF16>, &by_gemm_backward<kF32>,
            &by_gemm_backward<kBF16>, 1 << 20},
@@ -607,6 +636,14 @@ TEST(CudaLayerKernels, FlashSharedMemoryAndDtypes) {
   EXPECT_LE(cuda::flash_attention_shared_bytes(128), 99 * 1024);
   EXPECT_EQ(cuda::flash_attention_shared_bytes(48), 0);
   EXPECT_EQ(cuda::flash_attention_shared_bytes(256), 0);
+  // The f32 kernels (CUDA cores): head size 32 fits Turing's 64 KiB, 64 and 128 need Ampere's
+  // or Ada's 99 KiB (64: the backward's 85.5 KiB) or an A100's or a Hopper's 163 KiB and more
+  // (128: 149.5 KiB).
+  EXPECT_LE(cuda::flash_attention_f32_shared_bytes(32), 64 * 1024);
+  EXPECT_EQ(cuda::flash_attention_f32_shared_bytes(64), 87552);
+  EXPECT_GT(cuda::flash_attention_f32_shared_bytes(128), 99 * 1024);
+  EXPECT_LE(cuda::flash_attention_f32_shared_bytes(128), 163 * 1024);
+  EXPECT_EQ(cuda::flash_attention_f32_shared_bytes(48), 0);
   uint16_t buf[8] = {};
   float lse[1] = {};
   EXPECT_THROW(cuda::attention_forward_flash(DType::F32, buf, lse, buf, 1, 1, 64, 1), InputError);
@@ -621,14 +658,18 @@ TEST(CudaLayerKernels, FlashSaysWhyItDoesNotTakeAnAttention) {
   EXPECT_EQ(cuda::flash_attention_refusal(kBF16, 2, 10, 2 * 80, 2, buf), "head size 80 (they take 32, 64 and 128)");
   EXPECT_EQ(cuda::flash_attention_refusal(DType::F16, 70000, 10, 64, 1, buf),
             "B * NH = 70000, more than one launch takes (65535)");
-  EXPECT_THROW(cuda::flash_attention_refusal(kF32, 1, 10, 64, 1, buf), InputError);
+  EXPECT_EQ(cuda::flash_attention_refusal(kF32, 2, 10, 2 * 80, 2, buf), "head size 80 (they take 32, 64 and 128)");
+  EXPECT_THROW(cuda::flash_attention_refusal(DType::I32, 1, 10, 64, 1, buf), InputError);
   // The forward hands the same reason back (what the table's warning prints), running nothing.
   std::string why;
   float lse[10] = {};
   EXPECT_FALSE(cuda::attention_forward_flash(kBF16, buf, lse, buf, 2, 10, 2 * 80, 2, &why));
   EXPECT_EQ(why, "head size 80 (they take 32, 64 and 128)");
+  why.clear();
+  EXPECT_FALSE(cuda::attention_forward_flash_f32(nullptr, nullptr, nullptr, 2, 10, 2 * 80, 2, &why));
+  EXPECT_EQ(why, "head size 80 (they take 32, 64 and 128)");
   PT_REQUIRE_GPU();
-  for (const DType dt : {kBF16, DType::F16}) {
+  for (const DType dt : {kF32, kBF16, DType::F16}) {
     SCOPED_TRACE(dtype_name(dt));
     EXPECT_EQ(cuda::flash_attention_refusal(dt, 2, 10, 128, 2, buf), "") << "head size 64 on an Ampere or newer GPU";
     EXPECT_EQ(cuda::flash_attention_refusal(dt, 2, 10, 128, 2, buf + 1), "qkv is not 16-byte aligned");
@@ -637,30 +678,35 @@ TEST(CudaLayerKernels, FlashSaysWhyItDoesNotTakeAnAttention) {
 }
 
 // The flash backward has one writer per element of dqkv (no atomics): two runs give the same
-// bits, and so does the forward; bf16 and f16.
+// bits, and so does the forward; f32 (the CUDA-core kernels), bf16 and f16.
+template <typename V>
+void expect_flash_same_bits(DType dt, const std::vector<V>& qkv, const std::vector<V>& g, int64_t B, int64_t T,
+                            int64_t C, int64_t NH) {
+  SCOPED_TRACE(dtype_name(dt));
+  DeviceBuffer<V> dq(qkv), dg(g);
+  std::vector<V> first_out, first_d;
+  for (int run = 0; run < 2; ++run) {
+    DeviceBuffer<V> out(filled<V>(g.size(), V{})), d(filled<V>(qkv.size(), V{}));
+    DeviceBuffer<float> lse(filled(static_cast<size_t>(B * NH * T), 0.0f));
+    flash_forward_table(dt)(out.get(), lse.get(), dq.get(), B, T, C, NH);
+    flash_backward_table(dt)(d.get(), dg.get(), dq.get(), out.get(), lse.get(), B, T, C, NH);
+    if (run == 0) {
+      first_out = out.download(), first_d = d.download();
+    } else {
+      EXPECT_EQ(out.download(), first_out);
+      EXPECT_EQ(d.download(), first_d);
+    }
+  }
+  EXPECT_NE(std::count(first_d.begin(), first_d.end(), V{}), static_cast<std::ptrdiff_t>(qkv.size()));
+}
+
 TEST(CudaLayerKernels, FlashAttentionIsTheSameBitsEveryRun) {
   PT_REQUIRE_GPU();
   const int64_t B = 2, T = 300, NH = 2, hs = 64, C = NH * hs;
   const size_t nqkv = static_cast<size_t>(B * T * 3 * C), nout = static_cast<size_t>(B * T * C);
-  for (const DType dt : {kBF16, DType::F16}) {
-    SCOPED_TRACE(dtype_name(dt));
-    const std::vector<uint16_t> qkv = to_half(dt, uniform(nqkv, -2, 2, 51)), g = to_half(dt, uniform(nout, -1, 1, 52));
-    DeviceBuffer<uint16_t> dq(qkv), dg(g);
-    std::vector<uint16_t> first_out, first_d;
-    for (int run = 0; run < 2; ++run) {
-      DeviceBuffer<uint16_t> out(filled<uint16_t>(nout, 0)), d(filled<uint16_t>(nqkv, 0));
-      DeviceBuffer<float> lse(filled(static_cast<size_t>(B * NH * T), 0.0f));
-      ASSERT_TRUE(cuda::attention_forward_flash(dt, out.get(), lse.get(), dq.get(), B, T, C, NH));
-      ASSERT_TRUE(cuda::attention_backward_flash(dt, d.get(), dg.get(), dq.get(), out.get(), lse.get(), B, T, C, NH));
-      if (run == 0) {
-        first_out = out.download(), first_d = d.download();
-      } else {
-        EXPECT_EQ(out.download(), first_out);
-        EXPECT_EQ(d.download(), first_d);
-      }
-    }
-    EXPECT_NE(std::count(first_d.begin(), first_d.end(), uint16_t{0}), static_cast<std::ptrdiff_t>(nqkv));
-  }
+  const std::vector<float> qkv = uniform(nqkv, -2, 2, 51), g = uniform(nout, -1, 1, 52);
+  expect_flash_same_bits(kF32, qkv, g, B, T, C, NH);
+  for (const DType dt : {kBF16, DType::F16}) expect_flash_same_bits(dt, to_half(dt, qkv), to_half(dt, g), B, T, C, NH);
 }
 
 // The pieces of the GEMM attention one by one against the CPU's (kernels/cpu/attention_parts.h):

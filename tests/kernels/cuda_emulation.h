@@ -13,7 +13,7 @@
 // shuffles: reaching either there aborts).
 //
 // Include it before the kernel header, at global scope; the names it defines are those CUDA
-// gives (threadIdx, blockIdx, blockDim, uint4, __nv_bfloat16, __half, ...), in the namespace
+// gives (threadIdx, blockIdx, blockDim, uint4, float4, __nv_bfloat16, __half, ...), in the namespace
 // paratrain_cuda_emulation, which the global namespace uses; to_float() widens either 16-bit
 // type. Its state (the thread and block indices, the barriers) is one per program, not one per
 // file: device functions with external linkage (block_reduce.cuh's, in a named namespace) are
@@ -69,6 +69,9 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
   return r;
 }
 struct uint4 { uint32_t x, y, z, w; };
+struct alignas(16) float4 { float x, y, z, w; };  // CUDA's alignment, which 16-byte loads need
+struct alignas(8) float2 { float x, y; };
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return {a, b, c, d}; }
 struct __nv_bfloat16 { uint16_t bits; };
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {paratrain::f32_to_bf16(f)}; }  // the CPU's rule

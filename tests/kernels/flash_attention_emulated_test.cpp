@@ -14,6 +14,9 @@
 // masking, online softmax, tile loops and (under ThreadSanitizer, tests/CMakeLists.txt) their
 // barriers on every machine; the launch, the hardware's WMMA and its memory model only a GPU
 // checks (tests/gpu/layer_kernels_test.cpp).
+// The f32 kernels (flash_attention_f32_kernel.cuh: f32 FMAs on the CUDA cores, 256 threads a
+// block, 16-byte vector loads) run here too, against the same reference: out within 2e-5 of
+// 1 + |out|, lse within 1e-5, gradients within 1e-5 relative L2 (3e-6, 1.9e-6 and 8.6e-7 seen).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -124,6 +127,14 @@ struct Operand<__half> {
 
 #include "kernels/cuda/flash_attention_kernel.cuh"
 
+namespace paratrain::kernels::cuda::flash32 {
+namespace {
+alignas(128) unsigned char smem[1 << 18];  // the f32 kernels' dynamic shared memory
+}  // namespace
+}  // namespace paratrain::kernels::cuda::flash32
+
+#include "kernels/cuda/flash_attention_f32_kernel.cuh"
+
 namespace {
 using namespace paratrain::kernels::cuda;
 
@@ -133,41 +144,79 @@ struct Tolerances {
   double out, lse, grad;
 };
 template <typename E>
-constexpr Tolerances kTol = std::is_same_v<E, __half> ? Tolerances{1.2e-3, 1e-4, 1.2e-3} : Tolerances{1.5e-2, 1e-3, 2e-2};
+constexpr Tolerances kTol = std::is_same_v<E, float>    ? Tolerances{2e-5, 1e-5, 1e-5}
+                            : std::is_same_v<E, __half> ? Tolerances{1.2e-3, 1e-4, 1.2e-3}
+                                                        : Tolerances{1.5e-2, 1e-3, 2e-2};
+
+// worst = max(worst, e), a NaN e (an element left unwritten, a 0/0) counting as infinite.
+void note(double& worst, double e) { worst = e <= worst ? worst : (std::isnan(e) ? INFINITY : e); }
+
+// The buffers' element type of the kernels on E and its conversions: 16-bit bits for bf16 and
+// f16 (flash::Operand), floats for f32.
+template <typename E>
+struct Buffer : flash::Operand<E> {
+  using type = uint16_t;
+};
+template <>
+struct Buffer<float> {
+  using type = float;
+  static float load(float x) { return x; }
+  static float store(float x) { return x; }
+};
+const char* type_name(const __nv_bfloat16&) { return "bf16"; }
+const char* type_name(const __half&) { return "f16"; }
+const char* type_name(const float&) { return "f32"; }
+
+// The forward, D and the two backward kernels on E, launched as flash_attention.cu and
+// flash_attention_f32.cu launch them (whole warps past the last row for D).
+template <int HS, typename E, typename V>
+void run_kernels(V* out, float* lse, float* D, V* dqkv, const V* qkv, const V* dout, int64_t B, int64_t T,
+                 int64_t NH, float scale) {
+  const int64_t C = NH * HS, BH = B * NH;
+  const unsigned tiles = static_cast<unsigned>((T + 63) / 64);
+  if constexpr (std::is_same_v<E, float>) {
+    namespace k = flash32;
+    static_assert(k::kRows == 64);
+    launch(tiles, BH, k::kThreads, [&] { k::forward_kernel<HS>(out, lse, qkv, T, C, int(NH), scale); });
+    launch(unsigned((BH * T + k::kRowdotRows - 1) / k::kRowdotRows), 1, 32 * k::kRowdotRows,
+           [&] { k::rowdot_kernel<HS>(D, dout, out, B, T, C, int(NH)); });
+    launch(tiles, BH, k::kThreads,
+           [&] { k::backward_keys_kernel<HS>(dqkv, dout, qkv, lse, D, T, C, int(NH), scale); });
+    launch(tiles, BH, k::kThreads,
+           [&] { k::backward_queries_kernel<HS>(dqkv, dout, qkv, lse, D, T, C, int(NH), scale); });
+  } else {
+    namespace k = flash;
+    static_assert(k::kRows == 64);
+    launch(tiles, BH, k::kThreads, [&] { k::flash_forward_kernel<HS, E>(out, lse, qkv, B, T, C, int(NH), scale); });
+    launch(unsigned((BH * T + k::kRowdotRows - 1) / k::kRowdotRows), 1, 32 * k::kRowdotRows,
+           [&] { k::rowdot_kernel<E>(D, dout, out, B, T, C, int(NH)); });
+    launch(tiles, BH, k::kThreads,
+           [&] { k::flash_backward_keys_kernel<HS, E>(dqkv, dout, qkv, lse, D, B, T, C, int(NH), scale); });
+    launch(tiles, BH, k::kThreads,
+           [&] { k::flash_backward_queries_kernel<HS, E>(dqkv, dout, qkv, lse, D, B, T, C, int(NH), scale); });
+  }
+}
 
 template <int HS, typename E = __nv_bfloat16>
 void check_case(int64_t B, int64_t T, int64_t NH, uint32_t seed) {
-  SCOPED_TRACE(std::string(std::is_same_v<E, __half> ? "f16" : "bf16") + " HS=" + std::to_string(HS) +
-               " B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH));
-  using Op = flash::Operand<E>;
+  SCOPED_TRACE(std::string(type_name(E{})) + " HS=" + std::to_string(HS) + " B=" + std::to_string(B) +
+               " T=" + std::to_string(T) + " NH=" + std::to_string(NH));
+  using Op = Buffer<E>;
+  using V = typename Op::type;
   constexpr Tolerances tol = kTol<E>;
   const int64_t C = NH * HS, BH = B * NH;
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<uint16_t> qkv(B * T * 3 * C), dout(B * T * C), dqkv(B * T * 3 * C);
+  std::vector<V> qkv(B * T * 3 * C), dout(B * T * C), dqkv(B * T * 3 * C);
   for (auto& x : qkv) x = Op::store(nd(rng) * 1.5f);
   for (auto& x : dout) x = Op::store(nd(rng));
   for (auto& x : dqkv) x = Op::store(nd(rng) * 0.05f);
-  const std::vector<uint16_t> dqkv0 = dqkv;
-  std::vector<uint16_t> out(B * T * C, 0xffff);
+  const std::vector<V> dqkv0 = dqkv;
+  std::vector<V> out(B * T * C, Op::store(std::nanf("")));  // a row left unwritten stays NaN
   std::vector<float> lse(BH * T, -1), D(BH * T, -7);
   const float scale = 1.0f / std::sqrt(float(HS));
-  const unsigned tiles = (T + 63) / 64;
-  launch(tiles, BH, flash::kThreads, [&] {
-    flash::flash_forward_kernel<HS, E>(out.data(), lse.data(), qkv.data(), B, T, C, int(NH), scale);
-  });
-  // flash_attention.cu's launch: kRowdotRows warps a block, whole warps past the last row.
-  launch(unsigned((BH * T + flash::kRowdotRows - 1) / flash::kRowdotRows), 1, 32 * flash::kRowdotRows,
-         [&] { flash::rowdot_kernel<E>(D.data(), dout.data(), out.data(), B, T, C, int(NH)); });
-  launch(tiles, BH, flash::kThreads, [&] {
-    flash::flash_backward_keys_kernel<HS, E>(dqkv.data(), dout.data(), qkv.data(), lse.data(), D.data(), B, T, C,
-                                          int(NH), scale);
-  });
-  launch(tiles, BH, flash::kThreads, [&] {
-    flash::flash_backward_queries_kernel<HS, E>(dqkv.data(), dout.data(), qkv.data(), lse.data(), D.data(), B, T, C,
-                                             int(NH), scale);
-  });
-  // double references from the bf16 inputs
+  run_kernels<HS, E>(out.data(), lse.data(), D.data(), dqkv.data(), qkv.data(), dout.data(), B, T, NH, scale);
+  // double references from the kernels' inputs
   double worst = 0, worst_lse = 0, worst_D = 0;
   std::vector<double> want(B * T * 3 * C, 0.0);
   for (int64_t b = 0; b < B; ++b)
@@ -189,15 +238,15 @@ void check_case(int64_t B, int64_t T, int64_t NH, uint32_t seed) {
         double sum = 0;
         for (auto& v : s) sum += (v = std::exp(v - mx));
         for (auto& v : s) v /= sum;  // P
-        worst_lse = std::max(worst_lse, std::fabs(lse[(b * NH + h) * T + t] - (mx + std::log(sum))));
+        note(worst_lse, std::fabs(lse[(b * NH + h) * T + t] - (mx + std::log(sum))));
         double Dt = 0;
         for (int d = 0; d < HS; ++d) {
           double o = 0;
           for (int64_t j = 0; j <= t; ++j) o += s[j] * at(j, 2, d);
-          worst = std::max(worst, std::fabs(Op::load(out[(b * T + t) * C + h * HS + d]) - o) / (1 + std::fabs(o)));
+          note(worst, std::fabs(Op::load(out[(b * T + t) * C + h * HS + d]) - o) / (1 + std::fabs(o)));
           Dt += g(t, d) * Op::load(out[(b * T + t) * C + h * HS + d]);
         }
-        worst_D = std::max(worst_D, std::fabs(D[(b * NH + h) * T + t] - Dt) / (1 + std::fabs(Dt)));
+        note(worst_D, std::fabs(D[(b * NH + h) * T + t] - Dt) / (1 + std::fabs(Dt)));
         for (int64_t j = 0; j <= t; ++j) {
           double dp = 0;
           for (int d = 0; d < HS; ++d) dp += g(t, d) * at(j, 2, d);
@@ -213,7 +262,7 @@ void check_case(int64_t B, int64_t T, int64_t NH, uint32_t seed) {
   double err2[3] = {0, 0, 0}, norm2[3] = {0, 0, 0};
   for (int64_t i = 0; i < (int64_t)want.size(); ++i) {
     const int part = (i % (3 * C)) / C;
-    const double got = double(Op::load(dqkv[i])) - Op::load(dqkv0[i]);
+    const double got = double(Op::load(dqkv[i])) - double(Op::load(dqkv0[i]));
     err2[part] += (got - want[i]) * (got - want[i]);
     norm2[part] += want[i] * want[i];
   }
@@ -247,6 +296,15 @@ TEST(FlashAttentionEmulated, F16ForwardAndBackwardFollowADoublePrecisionAttentio
   check_case<64, __half>(2, 130, 1, 5);  // two full tiles and a partial one
   check_case<32, __half>(1, 70, 2, 12);  // head size 32
   check_case<128, __half>(1, 65, 1, 7);  // head size 128
+}
+
+// The f32 kernels (CUDA cores): 256 threads a block, each with 4 rows and 4 strided columns of
+// a score tile; head size 32 takes its result columns in pairs.
+TEST(FlashAttentionEmulated, F32ForwardAndBackwardFollowADoublePrecisionAttention) {
+  check_case<64, float>(1, 1, 1, 3);    // one key
+  check_case<64, float>(1, 130, 2, 8);  // two full tiles and a partial one, two heads
+  check_case<32, float>(2, 70, 1, 13);  // head size 32, two batches
+  check_case<128, float>(1, 65, 1, 10);  // head size 128
 }
 
 }  // namespace

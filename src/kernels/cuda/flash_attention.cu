@@ -18,6 +18,7 @@
 #include <utility>
 #include <type_traits>
 
+#include "kernels/cuda/flash_launch.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/layers.h"
 #include "paratrain/base/error.h"
@@ -70,36 +71,6 @@ struct FlashSetup {
   }
 };
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// What the current GPU offers the kernels, once per device: its compute capability as
-// __CUDA_ARCH__ spells it (9.0: 900; the kernels on E have their bodies from
-// flash::Operand<E>::kMinArch on) and the shared memory a block may opt into (Turing: 64 KiB,
-// too little for head size 128).
-struct FlashDevice {
-  int arch = 0;
-  int64_t max_shared = 0;
-  FlashDevice() {
-    const int dev = ::paratrain::cuda::current_device();
-    int major = 0, minor = 0, optin = 0;
-    PT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    PT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    PT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    arch = 100 * major + 10 * minor;
-    max_shared = optin;
-  }
-};
-
-// f(std::integral_constant<int, HS>) for a head size refusal() takes.
-template <typename F>
-void with_head_size(int64_t hs, F&& f) {
-  switch (hs) {
-    case 32: return f(std::integral_constant<int, 32>{});
-    case 64: return f(std::integral_constant<int, 64>{});
-    default: return f(std::integral_constant<int, 128>{});
-  }
-}
-
 template <int HS>
 constexpr int64_t shared_bytes() {
   return std::max(flash::Layout<HS>::kBytes, flash::BackwardLayout<HS>::kBytes);
@@ -112,26 +83,14 @@ template <typename E>
 std::string refusal(int64_t B, int64_t T, int64_t C, int64_t NH, const void* qkv, const void* dout) {
   using paratrain::detail::concat;
   const int64_t bytes = flash_attention_shared_bytes(C / NH);
-  if (bytes == 0) return concat("head size ", C / NH, " (they take 32, 64 and 128)");
-  if (B * NH > 65535) return concat("B * NH = ", B * NH, ", more than one launch takes (65535)");
-  if ((T + flash::kRows - 1) / flash::kRows > 0x7fffffff) return concat("T = ", T);
-  const FlashDevice& device = detail::per_device<FlashDevice>();
+  if (std::string no = detail::flash_shape_refusal(B, T, C, NH, bytes, flash::kRows); !no.empty()) return no;
+  const detail::FlashDevice& device = detail::per_device<detail::FlashDevice>();
   constexpr int kMinArch = flash::Operand<E>::kMinArch;
   if (device.arch < kMinArch)
     return concat("cuda:", ::paratrain::cuda::current_device(), " is compute capability ", device.arch / 100, ".",
                   device.arch / 10 % 10, ", and WMMA on ", kMinArch == 800 ? "bf16" : "f16", " needs ",
                   kMinArch / 100, ".", kMinArch / 10 % 10);
-  if (bytes > device.max_shared)
-    return concat("head size ", C / NH, " needs ", bytes, " bytes of shared memory a block, and cuda:",
-                  ::paratrain::cuda::current_device(), " gives ", device.max_shared);
-  for (const auto& [name, p] : {std::pair{"qkv", qkv}, std::pair{"dout", dout}})
-    if (p && !aligned16(p)) return concat(name, " is not 16-byte aligned");
-  return "";
-}
-
-void check_sizes(int64_t B, int64_t T, int64_t C, int64_t NH, const char* who) {
-  if (B < 0 || T < 0 || C <= 0 || NH <= 0 || C % NH != 0)
-    PT_THROW(InputError, who, " (cuda, flash): bad sizes B=", B, " T=", T, " C=", C, " NH=", NH);
+  return detail::flash_device_refusal(C, NH, bytes, device, qkv, dout);
 }
 
 template <int HS, typename E>
@@ -175,24 +134,20 @@ auto with_operand(DType dtype, const char* who, F&& f) {
 }  // namespace
 
 int64_t flash_attention_shared_bytes(int64_t head_size) {
-  switch (head_size) {
-    case 32: return shared_bytes<32>();
-    case 64: return shared_bytes<64>();
-    case 128: return shared_bytes<128>();
-    default: return 0;
-  }
+  return detail::for_flash_head_sizes(head_size, [](auto hs) { return shared_bytes<hs()>(); });
 }
 
 std::string flash_attention_refusal(DType dtype, int64_t B, int64_t T, int64_t C, int64_t NH, const void* qkv,
                                     const void* dout) {
-  check_sizes(B, T, C, NH, "flash_attention_refusal");
+  detail::check_flash_sizes(B, T, C, NH, "flash_attention_refusal", "flash");
+  if (dtype == DType::F32) return flash_attention_f32_refusal(B, T, C, NH, qkv, dout);
   return with_operand(dtype, "flash_attention_refusal",
                       [&](auto e) { return refusal<decltype(e)>(B, T, C, NH, qkv, dout); });
 }
 
 bool attention_forward_flash(DType dtype, uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T,
                              int64_t C, int64_t NH, std::string* why) {
-  check_sizes(B, T, C, NH, "attention_forward");
+  detail::check_flash_sizes(B, T, C, NH, "attention_forward", "flash");
   return with_operand(dtype, "attention_forward", [&](auto e) {
     using E = decltype(e);
     if (std::string no = refusal<E>(B, T, C, NH, qkv, nullptr); !no.empty()) {
@@ -200,19 +155,19 @@ bool attention_forward_flash(DType dtype, uint16_t* out, float* lse, const uint1
       return false;
     }
     if (B == 0 || T == 0) return true;
-    with_head_size(C / NH, [&](auto hs) { launch<hs(), E>(out, lse, qkv, B, T, C, NH); });
+    detail::with_flash_head_size(C / NH, [&](auto hs) { launch<hs(), E>(out, lse, qkv, B, T, C, NH); });
     return true;
   });
 }
 
 bool attention_backward_flash(DType dtype, uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv,
                               const uint16_t* out, const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH) {
-  check_sizes(B, T, C, NH, "attention_backward");
+  detail::check_flash_sizes(B, T, C, NH, "attention_backward", "flash");
   return with_operand(dtype, "attention_backward", [&](auto e) {
     using E = decltype(e);
     if (!lse || !refusal<E>(B, T, C, NH, qkv, dout).empty()) return false;
     if (B == 0 || T == 0) return true;
-    with_head_size(C / NH, [&](auto hs) { launch_backward<hs(), E>(dqkv, dout, qkv, out, lse, B, T, C, NH); });
+    detail::with_flash_head_size(C / NH, [&](auto hs) { launch_backward<hs(), E>(dqkv, dout, qkv, out, lse, B, T, C, NH); });
     return true;
   });
 }

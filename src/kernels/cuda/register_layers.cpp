@@ -5,8 +5,9 @@
 // (conv.h). The attention is PARATRAIN_CUDA_ATTENTION's form:
 //   gemm (the default): batched f32 GEMMs over every head (kernels/attention_by_gemm.h);
 //   gemm-bf16: the same, bf16 with bf16 products on tensor cores;
-//   flash: bf16 and f16 by the fused flash kernels on tensor cores (flash_attention.cu; shapes
-//     and GPUs they do not take run as gemm, the CPU's rounding), f32 as gemm;
+//   flash: bf16 and f16 by the fused flash kernels on tensor cores (flash_attention.cu), f32 by
+//     their f32 twins on the CUDA cores (flash_attention_f32.cu); shapes and GPUs they do not
+//     take run as gemm, the CPU's rounding;
 //   tiles: attention.cu's one-kernel f32 tiles.
 // softmax_row_max and softmax_row_exp_sum return a host float per row and have no CUDA
 // kernel (NoKernelError).
@@ -51,24 +52,43 @@ void warn_once_not_flash(DType dtype, const std::string& why) {
               dtype_name(dtype), " attention (", why, "); it runs as gemm");
 }
 
-// The flash kernels in the bf16 and f16 tables' signatures; what they do not take (head size,
-// C, alignment, the GPU: layers.h) runs as the GEMM attention with f32 products, within the
-// CPU's contract, whose lse (the same rows) either backward reads.
+// The flash kernels in the attention tables' signatures: the tensor-core ones for bf16 and
+// f16, the f32 ones (CUDA cores) for f32. What they do not take (head size, alignment, the GPU:
+// layers.h) runs as the GEMM attention with f32 products, within the CPU's contract, whose lse
+// (the same rows) either backward reads.
+template <DType T>
+bool run_flash_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH,
+                       std::string* why) {
+  if constexpr (T == DType::F32)
+    return attention_forward_flash_f32(static_cast<float*>(out), static_cast<float*>(lse),
+                                       static_cast<const float*>(qkv), B, Tn, C, NH, why);
+  else
+    return attention_forward_flash(T, static_cast<uint16_t*>(out), static_cast<float*>(lse),
+                                   static_cast<const uint16_t*>(qkv), B, Tn, C, NH, why);
+}
+template <DType T>
+bool run_flash_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse, int64_t B,
+                        int64_t Tn, int64_t C, int64_t NH) {
+  if constexpr (T == DType::F32)
+    return attention_backward_flash_f32(static_cast<float*>(dqkv), static_cast<const float*>(dout),
+                                        static_cast<const float*>(qkv), static_cast<const float*>(out),
+                                        static_cast<const float*>(lse), B, Tn, C, NH);
+  else
+    return attention_backward_flash(T, static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout),
+                                    static_cast<const uint16_t*>(qkv), static_cast<const uint16_t*>(out),
+                                    static_cast<const float*>(lse), B, Tn, C, NH);
+}
 template <DType T>
 void flash_attention_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
   std::string why;
-  if (attention_forward_flash(T, static_cast<uint16_t*>(out), static_cast<float*>(lse),
-                              static_cast<const uint16_t*>(qkv), B, Tn, C, NH, &why))
-    return;
+  if (run_flash_forward<T>(out, lse, qkv, B, Tn, C, NH, &why)) return;
   warn_once_not_flash(T, why);
   gemm_attention_forward<T>(out, lse, qkv, B, Tn, C, NH);
 }
 template <DType T>
 void flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
                               int64_t B, int64_t Tn, int64_t C, int64_t NH) {
-  if (!attention_backward_flash(T, static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout),
-                                static_cast<const uint16_t*>(qkv), static_cast<const uint16_t*>(out),
-                                static_cast<const float*>(lse), B, Tn, C, NH))
+  if (!run_flash_backward<T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH))
     gemm_attention_backward<T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
 }
 
@@ -106,10 +126,10 @@ void register_layer_kernels(Registry& r) {
   r.attention_backward.set(G, H, &gemm_attention_backward<H>);
   switch (attention_form()) {
     case AttentionForm::kFlash:
-      r.attention_forward.set(G, F, &gemm_attention_forward<F>);
+      r.attention_forward.set(G, F, &flash_attention_forward<F>);
       r.attention_forward.set(G, BF, &flash_attention_forward<BF>);
       r.attention_forward.set(G, H, &flash_attention_forward<H>);
-      r.attention_backward.set(G, F, &gemm_attention_backward<F>);
+      r.attention_backward.set(G, F, &flash_attention_backward<F>);
       r.attention_backward.set(G, BF, &flash_attention_backward<BF>);
       r.attention_backward.set(G, H, &flash_attention_backward<H>);
       break;
