@@ -167,7 +167,8 @@ bool attention_backward_flash(DType dtype, uint16_t* dqkv, const uint16_t* dout,
     using E = decltype(e);
     if (!lse || !refusal<E>(B, T, C, NH, qkv, dout).empty()) return false;
     if (B == 0 || T == 0) return true;
-    detail::with_flash_head_size(C / NH, [&](auto hs) { launch_backward<hs(), E>(dqkv, dout, qkv, out, lse, B, T, C, NH); });
+    detail::with_flash_head_size(C / NH,
+                                 [&](auto hs) { launch_backward<hs(), E>(dqkv, dout, qkv, out, lse, B, T, C, NH); });
     return true;
   });
 }

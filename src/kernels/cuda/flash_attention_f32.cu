@@ -1,10 +1,10 @@
 // The fused causal attention in f32 on the CUDA cores (kernels/cuda/layers.h,
 // attention_{forward,backward}_flash_f32; the kernels: flash_attention_f32_kernel.cuh). f32
 // q/k/v, out, dout, dqkv and lse; head sizes 32, 64 and 128, qkv and dout (which the kernels
-// read in 16-byte vectors) 16-byte aligned, B * NH up to 65535, and a GPU whose blocks may opt into the shared
-// memory the head size needs: anything else is "not handled" (false, with the reason in words),
-// for the caller to run another form. The backward's D (B*NH*T f32) comes from the device's
-// caching allocator (stream-ordered).
+// read in 16-byte vectors) 16-byte aligned, B * NH up to 65535, and a GPU whose blocks may opt
+// into the shared memory the head size needs: anything else is "not handled" (false, with the
+// reason in words), for the caller to run another form. The backward's D (B*NH*T f32) comes
+// from the device's caching allocator (stream-ordered).
 #include <cuda_runtime.h>
 
 #include <algorithm>
