@@ -92,8 +92,8 @@ def load(p):
     except OSError: return {}
 ours, torch = load(sys.argv[1]), load(sys.argv[2])
 print(f"{'kernel':28} {'dtype':5} {'paratrain ms':>12} {'TFLOP/s':>8} {'pytorch ms':>11} {'TFLOP/s':>8} {'speed vs torch':>14}")
-for k, r in ours.items():
-    t = torch.get(k)
+for k, r in ours.items():  # a form in parentheses ("attention fwd (flash)") beside PyTorch's one
+    t = torch.get(k) or torch.get((k[0].split(" (")[0], k[1]))
     ratio = f"{t['ms'] / r['ms']:.2f}x" if t and r["ms"] > 0 else "-"
     print(f"{k[0]:28} {k[1]:5} {r['ms']:12.4f} {r['tflops']:8.1f} {t['ms'] if t else float('nan'):11.4f} "
           f"{t['tflops'] if t else float('nan'):8.1f} {ratio:>14}")

@@ -19,6 +19,7 @@
 // 1 + |out|, lse within 1e-5, gradients within 1e-5 relative L2 (3e-6, 1.9e-6 and 8.6e-7 seen).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -167,33 +168,52 @@ const char* type_name(const __nv_bfloat16&) { return "bf16"; }
 const char* type_name(const __half&) { return "f16"; }
 const char* type_name(const float&) { return "f32"; }
 
+// Runs a grid of `threads`-thread blocks of a kernel that declares `bytes` of dynamic shared
+// memory (what its launcher asks for), with the rest of the emulated shared memory `smem` NaN
+// (0xff bytes): a read past `bytes` makes a result NaN, and a write past it is reported here,
+// where on a GPU it would fault or run over another block's memory.
+template <size_t N, typename F>
+void launch_in_bounds(unsigned char (&smem)[N], size_t bytes, unsigned tiles, unsigned bh, unsigned threads, F&& f) {
+  ASSERT_LE(bytes, N);
+  std::fill(smem + bytes, smem + N, static_cast<unsigned char>(0xff));
+  launch(tiles, bh, threads, f);
+  const auto past = std::find_if(smem + bytes, smem + N, [](unsigned char c) { return c != 0xff; });
+  EXPECT_EQ(past, smem + N) << "a kernel wrote shared memory byte " << (past - smem) << ", past the " << bytes
+                            << " its launch asks for";
+}
+
 // The forward, D and the two backward kernels on E, launched as flash_attention.cu and
-// flash_attention_f32.cu launch them (whole warps past the last row for D).
+// flash_attention_f32.cu launch them (the shared memory they ask for; whole warps past the last
+// row for D).
 template <int HS, typename E, typename V>
 void run_kernels(V* out, float* lse, float* D, V* dqkv, const V* qkv, const V* dout, int64_t B, int64_t T,
                  int64_t NH, float scale) {
   const int64_t C = NH * HS, BH = B * NH;
-  const unsigned tiles = static_cast<unsigned>((T + 63) / 64);
+  const unsigned tiles = static_cast<unsigned>((T + 63) / 64), bh = static_cast<unsigned>(BH);
   if constexpr (std::is_same_v<E, float>) {
     namespace k = flash32;
     static_assert(k::kRows == 64);
-    launch(tiles, BH, k::kThreads, [&] { k::forward_kernel<HS>(out, lse, qkv, T, C, int(NH), scale); });
+    using S = k::Shape<HS>;
+    launch_in_bounds(k::smem, S::kForwardBytes, tiles, bh, k::kThreads,
+                     [&] { k::forward_kernel<HS>(out, lse, qkv, T, C, int(NH), scale); });
     launch(unsigned((BH * T + k::kRowdotRows - 1) / k::kRowdotRows), 1, 32 * k::kRowdotRows,
            [&] { k::rowdot_kernel<HS>(D, dout, out, B, T, C, int(NH)); });
-    launch(tiles, BH, k::kThreads,
-           [&] { k::backward_keys_kernel<HS>(dqkv, dout, qkv, lse, D, T, C, int(NH), scale); });
-    launch(tiles, BH, k::kThreads,
-           [&] { k::backward_queries_kernel<HS>(dqkv, dout, qkv, lse, D, T, C, int(NH), scale); });
+    launch_in_bounds(k::smem, S::kBackwardBytes, tiles, bh, k::kThreads,
+                     [&] { k::backward_keys_kernel<HS>(dqkv, dout, qkv, lse, D, T, C, int(NH), scale); });
+    launch_in_bounds(k::smem, S::kBackwardBytes, tiles, bh, k::kThreads,
+                     [&] { k::backward_queries_kernel<HS>(dqkv, dout, qkv, lse, D, T, C, int(NH), scale); });
   } else {
     namespace k = flash;
     static_assert(k::kRows == 64);
-    launch(tiles, BH, k::kThreads, [&] { k::flash_forward_kernel<HS, E>(out, lse, qkv, B, T, C, int(NH), scale); });
+    launch_in_bounds(k::smem, k::Layout<HS>::kBytes, tiles, bh, k::kThreads,
+                     [&] { k::flash_forward_kernel<HS, E>(out, lse, qkv, B, T, C, int(NH), scale); });
     launch(unsigned((BH * T + k::kRowdotRows - 1) / k::kRowdotRows), 1, 32 * k::kRowdotRows,
            [&] { k::rowdot_kernel<E>(D, dout, out, B, T, C, int(NH)); });
-    launch(tiles, BH, k::kThreads,
-           [&] { k::flash_backward_keys_kernel<HS, E>(dqkv, dout, qkv, lse, D, B, T, C, int(NH), scale); });
-    launch(tiles, BH, k::kThreads,
-           [&] { k::flash_backward_queries_kernel<HS, E>(dqkv, dout, qkv, lse, D, B, T, C, int(NH), scale); });
+    launch_in_bounds(k::smem, k::BackwardLayout<HS>::kBytes, tiles, bh, k::kThreads,
+                     [&] { k::flash_backward_keys_kernel<HS, E>(dqkv, dout, qkv, lse, D, B, T, C, int(NH), scale); });
+    launch_in_bounds(k::smem, k::BackwardLayout<HS>::kBytes, tiles, bh, k::kThreads, [&] {
+      k::flash_backward_queries_kernel<HS, E>(dqkv, dout, qkv, lse, D, B, T, C, int(NH), scale);
+    });
   }
 }
 
