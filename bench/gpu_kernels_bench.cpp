@@ -45,27 +45,25 @@ Tensor random_on_gpu(const Shape& shape, DType dtype, uint32_t seed, float scale
   return Tensor::from_vector(v, shape).to(dtype).to(DeviceSpec{kGpu, 0});
 }
 
-// The flash kernels in the attention tables' signatures (f32: the CUDA-core ones; bf16, f16: the
-// tensor-core ones); a shape they do not take is an error.
-template <DType D>
+// The flash kernels in the attention tables' signatures (the f32-arithmetic ones on the CUDA
+// cores for f32, or for any dtype when `F32Arithmetic`; else the tensor-core ones); a shape they
+// do not take is an error.
+template <DType D, bool F32Arithmetic = D == DType::F32>
 void flash_forward(void* o, void* l, const void* x, int64_t b, int64_t t, int64_t c, int64_t nh) {
   bool taken;
-  if constexpr (D == DType::F32)
-    taken = kernels::cuda::attention_forward_flash_f32(static_cast<float*>(o), static_cast<float*>(l),
-                                                       static_cast<const float*>(x), b, t, c, nh);
+  if constexpr (F32Arithmetic)
+    taken = kernels::cuda::attention_forward_flash_f32(D, o, static_cast<float*>(l), x, b, t, c, nh);
   else
     taken = kernels::cuda::attention_forward_flash(D, static_cast<uint16_t*>(o), static_cast<float*>(l),
                                                    static_cast<const uint16_t*>(x), b, t, c, nh);
   if (!taken) throw std::runtime_error("the flash forward does not take this shape on this GPU");
 }
-template <DType D>
+template <DType D, bool F32Arithmetic = D == DType::F32>
 void flash_backward(void* d, const void* g, const void* x, const void* o, const void* l, int64_t b, int64_t t,
                     int64_t c, int64_t nh) {
   bool taken;
-  if constexpr (D == DType::F32)
-    taken = kernels::cuda::attention_backward_flash_f32(static_cast<float*>(d), static_cast<const float*>(g),
-                                                        static_cast<const float*>(x), static_cast<const float*>(o),
-                                                        static_cast<const float*>(l), b, t, c, nh);
+  if constexpr (F32Arithmetic)
+    taken = kernels::cuda::attention_backward_flash_f32(D, d, g, x, o, static_cast<const float*>(l), b, t, c, nh);
   else
     taken = kernels::cuda::attention_backward_flash(D, static_cast<uint16_t*>(d), static_cast<const uint16_t*>(g),
                                                     static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(o),
@@ -186,8 +184,8 @@ int main(int argc, char** argv) {
       using Bwd = decltype(reg.attention_backward.at(kGpu, dt));
       std::vector<std::pair<std::string, std::pair<Fwd, Bwd>>> impls = {
           {"", {reg.attention_forward.at(kGpu, dt), reg.attention_backward.at(kGpu, dt)}}};
-      if (dt != DType::F16)  // the tiles are f32 and bf16
-        impls.push_back({" (tiles)",
+      if (dt != DType::F16)  // the 16 x 16 tiles kernels (f32 and bf16), whatever the table's form
+        impls.push_back({" (16x16 tiles)",
                          {bf16 ? kernels::erase<&kernels::cuda::attention_forward_bf16>
                                : kernels::erase<&kernels::cuda::attention_forward>,
                           bf16 ? kernels::erase<&kernels::cuda::attention_backward_bf16>
@@ -207,6 +205,13 @@ int main(int argc, char** argv) {
       if (bf16) impls.push_back({" (flash)", {&flash_forward<DType::BF16>, &flash_backward<DType::BF16>}});
       if (dt == DType::F16) impls.push_back({" (flash)", {&flash_forward<DType::F16>, &flash_backward<DType::F16>}});
       if (dt == DType::F32) impls.push_back({" (flash)", {&flash_forward<DType::F32>, &flash_backward<DType::F32>}});
+      // The f32-arithmetic flash kernels on 16-bit buffers (what tiles runs for head size 64).
+      if (bf16)
+        impls.push_back({" (flash, f32 arithmetic)",
+                         {&flash_forward<DType::BF16, true>, &flash_backward<DType::BF16, true>}});
+      if (dt == DType::F16)
+        impls.push_back({" (flash, f32 arithmetic)",
+                         {&flash_forward<DType::F16, true>, &flash_backward<DType::F16, true>}});
       for (const auto& [suffix, fns] : impls) {
         const auto fwd = fns.first;
         const auto bwd = fns.second;

@@ -449,14 +449,15 @@ bool flash_f32_takes(int64_t C, int64_t NH) {
   PT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
   return bytes > 0 && bytes <= optin;
 }
-// f32: the f32 flash kernels (CUDA cores), as the tables run them under flash.
-template <DType D = kBF16>
+// The flash kernels as the tables run them under flash: f32 the f32-arithmetic ones (CUDA cores),
+// bf16 and f16 the tensor-core ones; `F32Arithmetic`: the f32-arithmetic ones for every dtype
+// (the tables' under tiles).
+template <DType D = kBF16, bool F32Arithmetic = D == kF32>
 void flash_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
   bool taken;
-  if constexpr (D == kF32) {
-    taken = cuda::attention_forward_flash_f32(static_cast<float*>(out), static_cast<float*>(lse),
-                                              static_cast<const float*>(qkv), B, Tn, C, NH);
-    EXPECT_EQ(taken, flash_f32_takes(C, NH)) << "the f32 flash forward's shapes";
+  if constexpr (F32Arithmetic) {
+    taken = cuda::attention_forward_flash_f32(D, out, static_cast<float*>(lse), qkv, B, Tn, C, NH);
+    EXPECT_EQ(taken, flash_f32_takes(C, NH)) << "the f32-arithmetic flash forward's shapes";
   } else {
     taken = cuda::attention_forward_flash(D, static_cast<uint16_t*>(out), static_cast<float*>(lse),
                                           static_cast<const uint16_t*>(qkv), B, Tn, C, NH);
@@ -464,15 +465,13 @@ void flash_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn,
   }
   if (!taken) by_gemm_forward<D>(out, lse, qkv, B, Tn, C, NH);
 }
-template <DType D = kBF16>
+template <DType D = kBF16, bool F32Arithmetic = D == kF32>
 void flash_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse, int64_t B,
                     int64_t Tn, int64_t C, int64_t NH) {
   bool taken;
-  if constexpr (D == kF32) {
-    taken = cuda::attention_backward_flash_f32(static_cast<float*>(dqkv), static_cast<const float*>(dout),
-                                               static_cast<const float*>(qkv), static_cast<const float*>(out),
-                                               static_cast<const float*>(lse), B, Tn, C, NH);
-    EXPECT_EQ(taken, flash_f32_takes(C, NH)) << "the f32 flash backward's shapes";
+  if constexpr (F32Arithmetic) {
+    taken = cuda::attention_backward_flash_f32(D, dqkv, dout, qkv, out, static_cast<const float*>(lse), B, Tn, C, NH);
+    EXPECT_EQ(taken, flash_f32_takes(C, NH)) << "the f32-arithmetic flash backward's shapes";
   } else {
     taken = cuda::attention_backward_flash(
         D, static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout), static_cast<const uint16_t*>(qkv),
@@ -481,12 +480,17 @@ void flash_backward(void* dqkv, const void* dout, const void* qkv, const void* o
   }
   if (!taken) by_gemm_backward<D>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
 }
-// flash_forward / flash_backward for a dtype the flash kernels take (f32, bf16, f16).
-AttnForward flash_forward_table(DType dt) {
-  return dt == kF32 ? &flash_forward<kF32> : dt == kBF16 ? &flash_forward<kBF16> : &flash_forward<DType::F16>;
+// flash_forward / flash_backward for a dtype the flash kernels take (f32, bf16, f16): the
+// tensor-core kernels for bf16 and f16 unless `f32_arithmetic`.
+AttnForward flash_forward_table(DType dt, bool f32_arithmetic = false) {
+  if (dt == kF32) return &flash_forward<kF32>;
+  if (dt == kBF16) return f32_arithmetic ? &flash_forward<kBF16, true> : &flash_forward<kBF16>;
+  return f32_arithmetic ? &flash_forward<DType::F16, true> : &flash_forward<DType::F16>;
 }
-AttnBackward flash_backward_table(DType dt) {
-  return dt == kF32 ? &flash_backward<kF32> : dt == kBF16 ? &flash_backward<kBF16> : &flash_backward<DType::F16>;
+AttnBackward flash_backward_table(DType dt, bool f32_arithmetic = false) {
+  if (dt == kF32) return &flash_backward<kF32>;
+  if (dt == kBF16) return f32_arithmetic ? &flash_backward<kBF16, true> : &flash_backward<kBF16>;
+  return f32_arithmetic ? &flash_backward<DType::F16, true> : &flash_backward<DType::F16>;
 }
 // The tables' bf16 attention rounds P and dS where PARATRAIN_CUDA_ATTENTION says flash or
 // gemm-bf16: then the bf16-products tolerance.
@@ -499,6 +503,8 @@ std::vector<AttnImpl> attention_impls() {
            table_bf16},
           {"flash", &flash_forward<kF32>, &flash_forward<>, &flash_backward<kF32>, &flash_backward<>, 1 << 20,
            bf16_products, bf16_products},
+          {"flash, f32 arithmetic", &flash_forward<kF32>, &flash_forward<kBF16, true>, &flash_backward<kF32>,
+           &flash_backward<kBF16, true>, 1 << 20},
           {"by gemm, 16-row chunks", &by_gemm_forward<kF32>, &by_gemm_forward<kBF16>, &by_gemm_backward<kF32>,
            &by_gemm_backward<kBF16>, 1 << 20},
           {"by gemm, bf16 products, 16-row chunks", &by_gemm_forward<kF32>, &by_gemm_forward<kBF16, true>,
@@ -598,7 +604,8 @@ TEST(CudaLayerKernels, F16AttentionMatchesCpu) {
   const Impl impls[] = {
       {"the table's", R().attention_forward.at(kGpu, kF16), R().attention_backward.at(kGpu, kF16),
        table_is_flash ? f16_products : kF16Tol},
-      {"flash", &flash_forward<kF16>, &flash_backward<kF16>, f16_products}};
+      {"flash", &flash_forward<kF16>, &flash_backward<kF16>, f16_products},
+      {"flash, f32 arithmetic", &flash_forward<kF16, true>, &flash_backward<kF16, true>, kF16Tol}};
   for (const Impl& impl : impls)
     for (const int64_t hs : {32, 64}) {
       SCOPED_TRACE(std::string(impl.name) + ", head size " + std::to_string(hs));
@@ -666,7 +673,8 @@ TEST(CudaLayerKernels, FlashSaysWhyItDoesNotTakeAnAttention) {
   EXPECT_FALSE(cuda::attention_forward_flash(kBF16, buf, lse, buf, 2, 10, 2 * 80, 2, &why));
   EXPECT_EQ(why, "head size 80 (they take 32, 64 and 128)");
   why.clear();
-  EXPECT_FALSE(cuda::attention_forward_flash_f32(nullptr, nullptr, nullptr, 2, 10, 2 * 80, 2, &why));
+  EXPECT_FALSE(cuda::attention_forward_flash_f32(kBF16, nullptr, nullptr, nullptr, 2, 10, 2 * 80, 2, &why));
+  EXPECT_THROW(cuda::attention_forward_flash_f32(DType::I32, nullptr, nullptr, nullptr, 2, 10, 128, 2), InputError);
   EXPECT_EQ(why, "head size 80 (they take 32, 64 and 128)");
   PT_REQUIRE_GPU();
   for (const DType dt : {kF32, kBF16, DType::F16}) {
@@ -681,15 +689,15 @@ TEST(CudaLayerKernels, FlashSaysWhyItDoesNotTakeAnAttention) {
 // bits, and so does the forward; f32 (the CUDA-core kernels), bf16 and f16.
 template <typename V>
 void expect_flash_same_bits(DType dt, const std::vector<V>& qkv, const std::vector<V>& g, int64_t B, int64_t T,
-                            int64_t C, int64_t NH) {
-  SCOPED_TRACE(dtype_name(dt));
+                            int64_t C, int64_t NH, bool f32_arithmetic = false) {
+  SCOPED_TRACE(std::string(dtype_name(dt)) + (f32_arithmetic ? ", f32 arithmetic" : ""));
   DeviceBuffer<V> dq(qkv), dg(g);
   std::vector<V> first_out, first_d;
   for (int run = 0; run < 2; ++run) {
     DeviceBuffer<V> out(filled<V>(g.size(), V{})), d(filled<V>(qkv.size(), V{}));
     DeviceBuffer<float> lse(filled(static_cast<size_t>(B * NH * T), 0.0f));
-    flash_forward_table(dt)(out.get(), lse.get(), dq.get(), B, T, C, NH);
-    flash_backward_table(dt)(d.get(), dg.get(), dq.get(), out.get(), lse.get(), B, T, C, NH);
+    flash_forward_table(dt, f32_arithmetic)(out.get(), lse.get(), dq.get(), B, T, C, NH);
+    flash_backward_table(dt, f32_arithmetic)(d.get(), dg.get(), dq.get(), out.get(), lse.get(), B, T, C, NH);
     if (run == 0) {
       first_out = out.download(), first_d = d.download();
     } else {
@@ -706,7 +714,10 @@ TEST(CudaLayerKernels, FlashAttentionIsTheSameBitsEveryRun) {
   const size_t nqkv = static_cast<size_t>(B * T * 3 * C), nout = static_cast<size_t>(B * T * C);
   const std::vector<float> qkv = uniform(nqkv, -2, 2, 51), g = uniform(nout, -1, 1, 52);
   expect_flash_same_bits(kF32, qkv, g, B, T, C, NH);
-  for (const DType dt : {kBF16, DType::F16}) expect_flash_same_bits(dt, to_half(dt, qkv), to_half(dt, g), B, T, C, NH);
+  for (const DType dt : {kBF16, DType::F16}) {
+    expect_flash_same_bits(dt, to_half(dt, qkv), to_half(dt, g), B, T, C, NH);
+    expect_flash_same_bits(dt, to_half(dt, qkv), to_half(dt, g), B, T, C, NH, true);
+  }
 }
 
 // The pieces of the GEMM attention one by one against the CPU's (kernels/cpu/attention_parts.h):

@@ -14,9 +14,12 @@
 // masking, online softmax, tile loops and (under ThreadSanitizer, tests/CMakeLists.txt) their
 // barriers on every machine; the launch, the hardware's WMMA and its memory model only a GPU
 // checks (tests/gpu/layer_kernels_test.cpp).
-// The f32 kernels (flash_attention_f32_kernel.cuh: f32 FMAs on the CUDA cores, 256 threads a
-// block, 16-byte vector loads) run here too, against the same reference: out within 2e-5 of
-// 1 + |out|, lse within 1e-5, gradients within 1e-5 relative L2 (3e-6, 1.9e-6 and 8.6e-7 seen).
+// The f32-arithmetic kernels (flash_attention_f32_kernel.cuh: f32 FMAs on the CUDA cores, 256
+// threads a block, 16-byte vector loads) run here too, against the same reference, on f32
+// buffers (out within 2e-5 of 1 + |out|, lse within 1e-5, gradients within 1e-5 relative L2;
+// 3e-6, 1.9e-6 and 8.6e-7 seen) and on bf16 and f16 ones (results rounded once to them). Every
+// kernel runs with the rest of its shared memory NaN, and a write past what its launch asks for
+// fails the test.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,6 +33,7 @@
 #include <vector>
 
 #include "kernels/cuda_emulation.h"
+#include "kernels/emulated_elements.h"
 #include "paratrain/tensor/dtype.h"
 
 using paratrain::bf16_to_f32;
@@ -144,29 +148,40 @@ using namespace paratrain::kernels::cuda;
 struct Tolerances {
   double out, lse, grad;
 };
+// E: the tensor-core kernels' operand type (__nv_bfloat16, __half), or the f32-arithmetic
+// kernels' element rules (emulated::F32, BF16, F16: the buffers' type and conversions).
+namespace el = paratrain::kernels::emulated;
 template <typename E>
-constexpr Tolerances kTol = std::is_same_v<E, float>    ? Tolerances{2e-5, 1e-5, 1e-5}
-                            : std::is_same_v<E, __half> ? Tolerances{1.2e-3, 1e-4, 1.2e-3}
-                                                        : Tolerances{1.5e-2, 1e-3, 2e-2};
+constexpr bool kTensorCores = std::is_same_v<E, __nv_bfloat16> || std::is_same_v<E, __half>;
+
+// f32 arithmetic: f32's rounding, and a 16-bit result rounded once (out within half an ulp
+// of |out|; a gradient added into prefilled 16-bit dqkv, then rounded).
+template <typename E>
+constexpr Tolerances kTol = std::is_same_v<E, el::F32>    ? Tolerances{2e-5, 1e-5, 1e-5}
+                            : std::is_same_v<E, el::BF16> ? Tolerances{5e-3, 1e-5, 5e-3}
+                            : std::is_same_v<E, el::F16>  ? Tolerances{7e-4, 1e-5, 6e-4}
+                            : std::is_same_v<E, __half>   ? Tolerances{1.2e-3, 1e-4, 1.2e-3}
+                                                          : Tolerances{1.5e-2, 1e-3, 2e-2};
 
 // worst = max(worst, e), a NaN e (an element left unwritten, a 0/0) counting as infinite.
 void note(double& worst, double e) { worst = e <= worst ? worst : (std::isnan(e) ? INFINITY : e); }
 
-// The buffers' element type of the kernels on E and its conversions: 16-bit bits for bf16 and
-// f16 (flash::Operand), floats for f32.
-template <typename E>
+// The buffers' element type of the kernels on E and its conversions: 16-bit bits and
+// flash::Operand for the tensor-core kernels, E itself for the f32-arithmetic ones.
+template <typename E, bool = kTensorCores<E>>
 struct Buffer : flash::Operand<E> {
   using type = uint16_t;
 };
-template <>
-struct Buffer<float> {
-  using type = float;
-  static float load(float x) { return x; }
-  static float store(float x) { return x; }
+template <typename E>
+struct Buffer<E, false> : E {
+  using type = typename E::S;
 };
-const char* type_name(const __nv_bfloat16&) { return "bf16"; }
-const char* type_name(const __half&) { return "f16"; }
-const char* type_name(const float&) { return "f32"; }
+const char* type_name(const __nv_bfloat16&) { return "bf16 (tensor cores)"; }
+const char* type_name(const __half&) { return "f16 (tensor cores)"; }
+template <typename E>
+const char* type_name(const E&) {
+  return dtype_name(E::kType);
+}
 
 // Runs a grid of `threads`-thread blocks of a kernel that declares `bytes` of dynamic shared
 // memory (what its launcher asks for), with the rest of the emulated shared memory `smem` NaN
@@ -190,18 +205,18 @@ void run_kernels(V* out, float* lse, float* D, V* dqkv, const V* qkv, const V* d
                  int64_t NH, float scale) {
   const int64_t C = NH * HS, BH = B * NH;
   const unsigned tiles = static_cast<unsigned>((T + 63) / 64), bh = static_cast<unsigned>(BH);
-  if constexpr (std::is_same_v<E, float>) {
+  if constexpr (!kTensorCores<E>) {
     namespace k = flash32;
     static_assert(k::kRows == 64);
     using S = k::Shape<HS>;
     launch_in_bounds(k::smem, S::kForwardBytes, tiles, bh, k::kThreads,
-                     [&] { k::forward_kernel<HS>(out, lse, qkv, T, C, int(NH), scale); });
+                     [&] { k::forward_kernel<HS, E>(out, lse, qkv, T, C, int(NH), scale); });
     launch(unsigned((BH * T + k::kRowdotRows - 1) / k::kRowdotRows), 1, 32 * k::kRowdotRows,
-           [&] { k::rowdot_kernel<HS>(D, dout, out, B, T, C, int(NH)); });
+           [&] { k::rowdot_kernel<HS, E>(D, dout, out, B, T, C, int(NH)); });
     launch_in_bounds(k::smem, S::kBackwardBytes, tiles, bh, k::kThreads,
-                     [&] { k::backward_keys_kernel<HS>(dqkv, dout, qkv, lse, D, T, C, int(NH), scale); });
+                     [&] { k::backward_keys_kernel<HS, E>(dqkv, dout, qkv, lse, D, T, C, int(NH), scale); });
     launch_in_bounds(k::smem, S::kBackwardBytes, tiles, bh, k::kThreads,
-                     [&] { k::backward_queries_kernel<HS>(dqkv, dout, qkv, lse, D, T, C, int(NH), scale); });
+                     [&] { k::backward_queries_kernel<HS, E>(dqkv, dout, qkv, lse, D, T, C, int(NH), scale); });
   } else {
     namespace k = flash;
     static_assert(k::kRows == 64);
@@ -318,13 +333,22 @@ TEST(FlashAttentionEmulated, F16ForwardAndBackwardFollowADoublePrecisionAttentio
   check_case<128, __half>(1, 65, 1, 7);  // head size 128
 }
 
-// The f32 kernels (CUDA cores): 256 threads a block, each with 4 rows and 4 strided columns of
-// a score tile; head size 32 takes its result columns in pairs.
+// The f32-arithmetic kernels (CUDA cores): 256 threads a block, each with 4 rows and 4 strided
+// columns of a score tile; head size 32 takes its result columns in pairs.
 TEST(FlashAttentionEmulated, F32ForwardAndBackwardFollowADoublePrecisionAttention) {
-  check_case<64, float>(1, 1, 1, 3);    // one key
-  check_case<64, float>(1, 130, 2, 8);  // two full tiles and a partial one, two heads
-  check_case<32, float>(2, 70, 1, 13);  // head size 32, two batches
-  check_case<128, float>(1, 65, 1, 10);  // head size 128
+  check_case<64, el::F32>(1, 1, 1, 3);    // one key
+  check_case<64, el::F32>(1, 130, 2, 8);  // two full tiles and a partial one, two heads
+  check_case<32, el::F32>(2, 70, 1, 13);  // head size 32, two batches
+  check_case<128, el::F32>(1, 65, 1, 10);  // head size 128
+}
+
+// The same kernels over bf16 and f16 buffers (PARATRAIN_CUDA_ATTENTION=tiles): 8 values a
+// 16-byte load, widened; f32 arithmetic, each result rounded once.
+TEST(FlashAttentionEmulated, F32ArithmeticOnHalfBuffersFollowsADoublePrecisionAttention) {
+  check_case<64, el::BF16>(2, 70, 1, 14);
+  check_case<32, el::BF16>(1, 65, 2, 15);
+  check_case<64, el::F16>(1, 130, 1, 16);
+  check_case<128, el::F16>(1, 40, 1, 17);
 }
 
 }  // namespace

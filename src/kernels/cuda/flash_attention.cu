@@ -61,13 +61,9 @@ namespace {
 template <int HS, typename E>
 struct FlashSetup {
   FlashSetup() {
-    const int fwd = flash::Layout<HS>::kBytes, bwd = flash::BackwardLayout<HS>::kBytes;
-    PT_CUDA_CHECK(cudaFuncSetAttribute(flash::flash_forward_kernel<HS, E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       fwd));
-    PT_CUDA_CHECK(cudaFuncSetAttribute(flash::flash_backward_keys_kernel<HS, E>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, bwd));
-    PT_CUDA_CHECK(cudaFuncSetAttribute(flash::flash_backward_queries_kernel<HS, E>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, bwd));
+    detail::allow_shared_bytes(flash::Layout<HS>::kBytes, flash::flash_forward_kernel<HS, E>);
+    detail::allow_shared_bytes(flash::BackwardLayout<HS>::kBytes, flash::flash_backward_keys_kernel<HS, E>,
+                               flash::flash_backward_queries_kernel<HS, E>);
   }
 };
 

@@ -1,7 +1,12 @@
-// The fused causal attention in f32 on the CUDA cores (flash_attention_f32.cu): FlashAttention-2's
-// scheme with f32 FMAs, no score matrix in global memory, every product and sum in f32 (no TF32:
-// the f32 contract is exact f32 arithmetic, as the f32 GEMMs). The f32 twin of the tensor-core
-// kernels of flash_attention_kernel.cuh, register-tiled as an SGEMM is.
+// The fused causal attention in f32 arithmetic on the CUDA cores (flash_attention_f32.cu):
+// FlashAttention-2's scheme with f32 FMAs, no score matrix in global memory, every product and
+// sum in f32 (no TF32: the f32 contract is exact f32 arithmetic, as the f32 GEMMs). The f32 twin
+// of the tensor-core kernels of flash_attention_kernel.cuh, register-tiled as an SGEMM is.
+// Every kernel is a template on E, the element rules of its buffers (q/k/v, out, dout, dqkv):
+// E::S the stored type (float, or uint16_t bits of bf16 or f16), E::load widening to f32 and
+// E::store rounding once (detail::Elem on a GPU). 16-bit inputs are widened into f32 tiles, so
+// bf16 and f16 attention here follows the CPU's contract (f32 products; P and dS are not
+// rounded, unlike the tensor-core kernels'); lse and D are f32.
 //
 // A block of 256 threads owns 64 rows (query rows: the forward and dQ; keys: dK and dV) of one
 // (batch, head) and walks 64-row tiles of the other side. Thread t is (ty, tx) = (t / 16, t % 16):
@@ -34,7 +39,7 @@
 //
 // This file holds only the kernels, so that they compile on the host over an emulation of the
 // CUDA built-ins they use (threadIdx, blockIdx, gridDim, __syncthreads, __shfl_xor_sync,
-// float2, float4, make_float4) and run there without a GPU
+// float2, float4, make_float4, uint4) and run there without a GPU
 // (tests/kernels/flash_attention_f32_emulated_test.cpp).
 #pragma once
 
@@ -86,16 +91,33 @@ __device__ __forceinline__ float row_sum(float v) {
   return v;
 }
 
-// Rows [r0, r0 + 64) of an (n, row_stride) f32 array, HS columns from src (16-byte aligned,
-// row_stride a multiple of 4), into a tile with row stride HS + 4; rows at or past n are zeros.
-template <int HS>
-__device__ __forceinline__ void load_rows(float* tile, const float* src, int64_t row_stride, int64_t r0, int64_t n) {
-  constexpr int kVecs = HS / 4;
+// Rows [r0, r0 + 64) of an (n, row_stride) array of E::S, HS columns from src (16-byte
+// aligned, row_stride 16 bytes' worth of elements), widened into an f32 tile with row stride
+// HS + 4; rows at or past n are zeros. 16 bytes per load: 4 floats, or 8 16-bit values.
+template <int HS, typename E>
+__device__ __forceinline__ void load_rows(float* tile, const typename E::S* src, int64_t row_stride, int64_t r0,
+                                          int64_t n) {
+  constexpr int kPerVec = 16 / static_cast<int>(sizeof(typename E::S)), kVecs = HS / kPerVec;
   for (int e = static_cast<int>(threadIdx.x); e < kRows * kVecs; e += kThreads) {
-    const int r = e / kVecs, c = (e % kVecs) * 4;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (r0 + r < n) v = *reinterpret_cast<const float4*>(src + (r0 + r) * row_stride + c);
-    *reinterpret_cast<float4*>(tile + r * Shape<HS>::kLd + c) = v;
+    const int r = e / kVecs, c = (e % kVecs) * kPerVec;
+    float* dst = tile + r * Shape<HS>::kLd + c;
+    if constexpr (kPerVec == 4) {
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r0 + r < n) v = *reinterpret_cast<const float4*>(src + (r0 + r) * row_stride + c);
+      *reinterpret_cast<float4*>(dst) = v;
+    } else {
+      uint4 v = make_uint4(0, 0, 0, 0);  // the bits of +0 in bf16 and f16
+      if (r0 + r < n) v = *reinterpret_cast<const uint4*>(src + (r0 + r) * row_stride + c);
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};  // element 2i in the low half (little-endian)
+      float f[8];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        f[2 * i] = E::load(static_cast<uint16_t>(w[i] & 0xffffu));
+        f[2 * i + 1] = E::load(static_cast<uint16_t>(w[i] >> 16));
+      }
+      *reinterpret_cast<float4*>(dst) = make_float4(f[0], f[1], f[2], f[3]);
+      *reinterpret_cast<float4*>(dst + 4) = make_float4(f[4], f[5], f[6], f[7]);
+    }
   }
 }
 
@@ -157,10 +179,11 @@ __device__ __forceinline__ void zero(float (&acc)[4][Shape<HS>::kCols]) {
     for (int c = 0; c < Shape<HS>::kCols; ++c) acc[i][c] = 0.0f;
 }
 
-// dst[row][column c] = scale * acc[i][c] (+ what dst holds when `add`) for the thread's rows
-// r0 + 4 ty + i below n; dst points at column 0 of row 0 (row stride `stride`).
-template <int HS>
-__device__ __forceinline__ void write_rows(float* dst, int64_t stride, int64_t r0, int64_t n,
+// dst[row][column c] = scale * acc[i][c] (+ what dst holds when `add`, in f32), rounded once to
+// E::S, for the thread's rows r0 + 4 ty + i below n; dst points at column 0 of row 0 (row
+// stride `stride`).
+template <int HS, typename E>
+__device__ __forceinline__ void write_rows(typename E::S* dst, int64_t stride, int64_t r0, int64_t n,
                                            const float (&acc)[4][Shape<HS>::kCols], const float* scale, bool add) {
   using S = Shape<HS>;
   const int ty = thread_row(), tx = thread_col();
@@ -168,14 +191,14 @@ __device__ __forceinline__ void write_rows(float* dst, int64_t stride, int64_t r
   for (int i = 0; i < 4; ++i) {
     const int64_t row = r0 + 4 * ty + i;
     if (row >= n) continue;
-    float* p = dst + row * stride;
+    typename E::S* p = dst + row * stride;
 #pragma unroll
     for (int g = 0; g < S::kGroups; ++g)
 #pragma unroll
       for (int e = 0; e < S::kVec; ++e) {
         const int c = S::column(tx, g, e);
         const float v = scale[i] * acc[i][g * S::kVec + e];
-        p[c] = add ? p[c] + v : v;
+        p[c] = E::store(add ? E::load(p[c]) + v : v);
       }
   }
 }
@@ -184,9 +207,10 @@ __device__ __forceinline__ void write_rows(float* dst, int64_t stride, int64_t r
 // (query tiles: the last has the most keys, and a GPU starts blocks roughly in index order).
 __device__ __forceinline__ int last_tile_first() { return static_cast<int>(gridDim.x - 1u - blockIdx.x); }
 
-template <int HS>
+template <int HS, typename E>
 __global__ void __launch_bounds__(kThreads)
-    forward_kernel(float* out, float* lse, const float* qkv, int64_t T, int64_t C, int NH, float scale) {
+    forward_kernel(typename E::S* out, float* lse, const typename E::S* qkv, int64_t T, int64_t C, int NH,
+                   float scale) {
   using S = Shape<HS>;
   extern __shared__ __align__(16) unsigned char smem[];
   float* Qs = reinterpret_cast<float*>(smem);
@@ -195,10 +219,10 @@ __global__ void __launch_bounds__(kThreads)
   float* Ps = Vs + S::kTile;
   const int qt = last_tile_first();
   const int64_t bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = static_cast<int64_t>(qt) * kRows, C3 = 3 * C;
-  const float* q = qkv + b * T * C3 + h * HS;
+  const typename E::S* q = qkv + b * T * C3 + h * HS;
   const int ty = thread_row(), tx = thread_col();
 
-  load_rows<HS>(Qs, q, C3, q0, T);
+  load_rows<HS, E>(Qs, q, C3, q0, T);
   float m[4], l[4], o[4][S::kCols];
 #pragma unroll
   for (int i = 0; i < 4; ++i) m[i] = -INFINITY, l[i] = 0.0f;
@@ -206,8 +230,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int kt = 0; kt <= qt; ++kt) {
     const int64_t k0 = static_cast<int64_t>(kt) * kRows;
     __syncthreads();  // Q is in; the last tile's K, V and P are read
-    load_rows<HS>(Ks, q + C, C3, k0, T);
-    load_rows<HS>(Vs, q + 2 * C, C3, k0, T);
+    load_rows<HS, E>(Ks, q + C, C3, k0, T);
+    load_rows<HS, E>(Vs, q + 2 * C, C3, k0, T);
     __syncthreads();
     float s[4][4];
     tile_dots<HS>(s, Qs, Ks);
@@ -245,22 +269,22 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t row = q0 + 4 * ty + i;
     if (lse && tx == 0 && row < T) lse[bh * T + row] = m[i] + logf(l[i]);
   }
-  write_rows<HS>(out + b * T * C + h * HS, C, q0, T, o, inv, false);
+  write_rows<HS, E>(out + b * T * C + h * HS, C, q0, T, o, inv, false);
 }
 
 // D[bh T + t] = sum_d dO[b,t,h,d] O[b,t,h,d]: a warp per row, kRowdotRows rows a block.
 constexpr int kRowdotRows = 8;
-template <int HS>
-__global__ void rowdot_kernel(float* D, const float* dout, const float* out, int64_t B, int64_t T, int64_t C,
-                              int NH) {
+template <int HS, typename E>
+__global__ void rowdot_kernel(float* D, const typename E::S* dout, const typename E::S* out, int64_t B, int64_t T,
+                              int64_t C, int NH) {
   const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
   if (r >= B * NH * T) return;  // whole warps leave together (the block is a multiple of 32)
   const int64_t bh = r / T, t = r % T, b = bh / NH, h = bh % NH;
-  const float* o = out + (b * T + t) * C + h * HS;
-  const float* d = dout + (b * T + t) * C + h * HS;
+  const typename E::S* o = out + (b * T + t) * C + h * HS;
+  const typename E::S* d = dout + (b * T + t) * C + h * HS;
   float s = 0.0f;
-  for (int i = lane; i < HS; i += 32) s += d[i] * o[i];
+  for (int i = lane; i < HS; i += 32) s += E::load(d[i]) * E::load(o[i]);
   for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
   if (lane == 0) D[r] = s;
 }
@@ -315,10 +339,10 @@ __device__ __forceinline__ void store_scores(float* M, const float (&v)[4][4]) {
     for (int j = 0; j < 4; ++j) M[(4 * ty + i) * kLdP + tx + 16 * j] = v[i][j];
 }
 
-template <int HS>
+template <int HS, typename E>
 __global__ void __launch_bounds__(kThreads)
-    backward_keys_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D, int64_t T,
-                         int64_t C, int NH, float scale) {
+    backward_keys_kernel(typename E::S* dqkv, const typename E::S* dout, const typename E::S* qkv, const float* lse,
+                         const float* D, int64_t T, int64_t C, int NH, float scale) {
   using S = Shape<HS>;
   extern __shared__ __align__(16) unsigned char smem[];
   float* Ks = reinterpret_cast<float*>(smem);
@@ -330,11 +354,11 @@ __global__ void __launch_bounds__(kThreads)
   float* D_s = lse_s + kRows;
   const int kt = static_cast<int>(blockIdx.x);  // the first key tile sees the most queries
   const int64_t bh = blockIdx.y, b = bh / NH, h = bh % NH, k0 = static_cast<int64_t>(kt) * kRows, C3 = 3 * C;
-  const float* q = qkv + b * T * C3 + h * HS;
-  const float* dO = dout + b * T * C + h * HS;
+  const typename E::S* q = qkv + b * T * C3 + h * HS;
+  const typename E::S* dO = dout + b * T * C + h * HS;
 
-  load_rows<HS>(Ks, q + C, C3, k0, T);
-  load_rows<HS>(Vs, q + 2 * C, C3, k0, T);
+  load_rows<HS, E>(Ks, q + C, C3, k0, T);
+  load_rows<HS, E>(Vs, q + 2 * C, C3, k0, T);
   float dk[4][S::kCols], dv[4][S::kCols];
   zero<HS>(dk);
   zero<HS>(dv);
@@ -342,8 +366,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int qt = kt; qt < tiles; ++qt) {  // earlier queries do not see these keys
     const int64_t q0 = static_cast<int64_t>(qt) * kRows;
     __syncthreads();  // K and V are in; the last tile's Q, dO, dS^T and stats are read
-    load_rows<HS>(Qs, q, C3, q0, T);
-    load_rows<HS>(dOs, dO, C, q0, T);
+    load_rows<HS, E>(Qs, q, C3, q0, T);
+    load_rows<HS, E>(dOs, dO, C, q0, T);
     load_row_stats(lse_s, D_s, lse + bh * T, D + bh * T, q0, T);
     __syncthreads();
     float p[4][4], ds[4][4];
@@ -357,15 +381,15 @@ __global__ void __launch_bounds__(kThreads)
     tile_product<HS>(dk, Ms, Qs);
   }
   const float scales[4] = {scale, scale, scale, scale}, ones[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-  float* dq_b = dqkv + b * T * C3 + h * HS;
-  write_rows<HS>(dq_b + C, C3, k0, T, dk, scales, true);
-  write_rows<HS>(dq_b + 2 * C, C3, k0, T, dv, ones, true);
+  typename E::S* dq_b = dqkv + b * T * C3 + h * HS;
+  write_rows<HS, E>(dq_b + C, C3, k0, T, dk, scales, true);
+  write_rows<HS, E>(dq_b + 2 * C, C3, k0, T, dv, ones, true);
 }
 
-template <int HS>
+template <int HS, typename E>
 __global__ void __launch_bounds__(kThreads)
-    backward_queries_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
-                            int64_t T, int64_t C, int NH, float scale) {
+    backward_queries_kernel(typename E::S* dqkv, const typename E::S* dout, const typename E::S* qkv,
+                            const float* lse, const float* D, int64_t T, int64_t C, int NH, float scale) {
   using S = Shape<HS>;
   extern __shared__ __align__(16) unsigned char smem[];
   float* Qs = reinterpret_cast<float*>(smem);
@@ -377,18 +401,18 @@ __global__ void __launch_bounds__(kThreads)
   float* D_s = lse_s + kRows;
   const int qt = last_tile_first();
   const int64_t bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = static_cast<int64_t>(qt) * kRows, C3 = 3 * C;
-  const float* q = qkv + b * T * C3 + h * HS;
+  const typename E::S* q = qkv + b * T * C3 + h * HS;
 
-  load_rows<HS>(Qs, q, C3, q0, T);
-  load_rows<HS>(dOs, dout + b * T * C + h * HS, C, q0, T);
+  load_rows<HS, E>(Qs, q, C3, q0, T);
+  load_rows<HS, E>(dOs, dout + b * T * C + h * HS, C, q0, T);
   load_row_stats(lse_s, D_s, lse + bh * T, D + bh * T, q0, T);
   float dq[4][S::kCols];
   zero<HS>(dq);
   for (int kt = 0; kt <= qt; ++kt) {
     const int64_t k0 = static_cast<int64_t>(kt) * kRows;
     __syncthreads();  // Q, dO and the stats are in; the last tile's K and dS are read
-    load_rows<HS>(Ks, q + C, C3, k0, T);
-    load_rows<HS>(Vs, q + 2 * C, C3, k0, T);
+    load_rows<HS, E>(Ks, q + C, C3, k0, T);
+    load_rows<HS, E>(Vs, q + 2 * C, C3, k0, T);
     __syncthreads();
     float p[4][4], ds[4][4];
     recompute<HS>(p, ds, Qs, Ks, dOs, Vs, lse_s, D_s, q0, k0, T, scale, false);
@@ -397,7 +421,7 @@ __global__ void __launch_bounds__(kThreads)
     tile_product<HS>(dq, dSs, Ks);
   }
   const float scales[4] = {scale, scale, scale, scale};
-  write_rows<HS>(dqkv + b * T * C3 + h * HS, C3, q0, T, dq, scales, true);
+  write_rows<HS, E>(dqkv + b * T * C3 + h * HS, C3, q0, T, dq, scales, true);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -36,6 +37,14 @@ int64_t for_flash_head_sizes(int64_t hs, F&& per_head_size) {
   int64_t r = 0;
   with_flash_head_size(hs, [&](auto h) { r = per_head_size(h); });
   return r;
+}
+
+// Lets blocks of each kernel have `bytes` of dynamic shared memory (above the 48 KiB default);
+// once per device and kernel is enough (callers hold it in a detail::per_device struct).
+template <typename... Kernels>
+void allow_shared_bytes(int bytes, Kernels... kernels) {
+  for (const void* kernel : {reinterpret_cast<const void*>(kernels)...})
+    PT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
 // InputError for sizes no attention has (`who` and `form` name the call).

@@ -86,19 +86,21 @@ bool attention_forward_flash(DType dtype, uint16_t* out, float* lse, const uint1
 // shapes as the forward, dout 16-byte aligned, lse not null; false otherwise.
 bool attention_backward_flash(DType dtype, uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv,
                               const uint16_t* out, const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH);
-// The fused causal attention in f32 on the CUDA cores (flash_attention_f32.cu): FlashAttention-2's
-// scheme with f32 FMAs (no TF32), register-tiled; f32 lse (may be null in the forward, not in
-// the backward). Head size 32, 64 or 128, qkv and dout 16-byte aligned, B * NH <= 65535, a GPU
-// whose blocks may opt into flash_attention_f32_shared_bytes(head size) of shared memory (head
-// size 64 and 128 need more than Turing's 64 KiB); false (nothing run) otherwise, with
-// flash_attention_f32_refusal's reason in *why (the forward) when why is not null. The
-// backward adds into dqkv (two kernels, one writer per element: the same bits every run).
+// The fused causal attention in f32 arithmetic on the CUDA cores (flash_attention_f32.cu):
+// FlashAttention-2's scheme with f32 FMAs (no TF32), register-tiled, over `dtype` (f32, bf16 or
+// f16; any other is an InputError) q/k/v, out, dout and dqkv, widened to f32 (P and dS are not
+// rounded: the CPU's contract), results rounded once; f32 lse (may be null in the forward, not
+// in the backward). Head size 32, 64 or 128, qkv and dout 16-byte aligned, B * NH <= 65535, a
+// GPU whose blocks may opt into flash_attention_f32_shared_bytes(head size) of shared memory
+// (head size 64 and 128 need more than Turing's 64 KiB); false (nothing run) otherwise, with
+// flash_attention_f32_refusal's reason in *why (the forward) when why is not null. The backward
+// adds into dqkv (two kernels, one writer per element: the same bits every run).
 int64_t flash_attention_f32_shared_bytes(int64_t head_size);
 std::string flash_attention_f32_refusal(int64_t B, int64_t T, int64_t C, int64_t NH, const void* qkv,
                                         const void* dout = nullptr);
-bool attention_forward_flash_f32(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
-                                 int64_t NH, std::string* why = nullptr);
-bool attention_backward_flash_f32(float* dqkv, const float* dout, const float* qkv, const float* out,
+bool attention_forward_flash_f32(DType dtype, void* out, float* lse, const void* qkv, int64_t B, int64_t T,
+                                 int64_t C, int64_t NH, std::string* why = nullptr);
+bool attention_backward_flash_f32(DType dtype, void* dqkv, const void* dout, const void* qkv, const void* out,
                                   const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH);
 // The pieces of the attention by batched GEMMs (attention_parts.cu; contract:
 // kernels/cpu/attention_parts.h).

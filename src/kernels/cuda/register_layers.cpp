@@ -6,9 +6,11 @@
 //   gemm (the default): batched f32 GEMMs over every head (kernels/attention_by_gemm.h);
 //   gemm-bf16: the same, bf16 with bf16 products on tensor cores;
 //   flash: bf16 and f16 by the fused flash kernels on tensor cores (flash_attention.cu), f32 by
-//     their f32 twins on the CUDA cores (flash_attention_f32.cu); shapes and GPUs they do not
-//     take run as gemm, the CPU's rounding;
-//   tiles: attention.cu's one-kernel f32 tiles.
+//     their f32-arithmetic twins on the CUDA cores (flash_attention_f32.cu); shapes and GPUs
+//     they do not take run as gemm, the CPU's rounding;
+//   tiles: every dtype by the f32-arithmetic flash kernels (the CPU's contract: bf16 and f16
+//     widened, P and dS not rounded); what they do not take runs as attention.cu's 16 x 16 f32
+//     tiles (f32, bf16) or gemm (f16).
 // softmax_row_max and softmax_row_exp_sum return a host float per row and have no CUDA
 // kernel (NoKernelError).
 #include <mutex>
@@ -38,58 +40,88 @@ void gemm_attention_backward(void* dqkv, const void* dout, const void* qkv, cons
   attention_by_gemm_backward<Device::CUDA, T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH, 0, Half);
 }
 
-// PARATRAIN_CUDA_ATTENTION=flash asked for attention the flash kernels do not take: said once
-// per dtype and reason (a warning, not an error: that attention runs, as gemm).
-void warn_once_not_flash(DType dtype, const std::string& why) {
+// Which flash kernels a form runs: `flash` the tensor-core ones for bf16 and f16 (P and dS
+// rounded to the 16-bit type) and the f32-arithmetic ones for f32; `tiles` the f32-arithmetic
+// ones for every dtype (the CPU's contract).
+enum class FlashKernels { kTensorCores, kF32Arithmetic };
+constexpr const char* form_name(FlashKernels k) { return k == FlashKernels::kTensorCores ? "flash" : "tiles"; }
+
+// PARATRAIN_CUDA_ATTENTION asked for flash kernels that do not take an attention: said once per
+// form, dtype and reason (a warning, not an error: that attention runs, as `instead`).
+void warn_once_not_flash(FlashKernels k, DType dtype, const std::string& why, const char* instead) {
   static std::mutex mu;
   static std::set<std::string> said;
-  const std::string key = std::string(dtype_name(dtype)) + ": " + why;
+  const std::string key = std::string(form_name(k)) + " " + dtype_name(dtype) + ": " + why;
   {
     std::lock_guard<std::mutex> lock(mu);
     if (!said.insert(key).second) return;
   }
-  PT_LOG_WARN(kGeneral, "PARATRAIN_CUDA_ATTENTION=flash: the flash kernels do not take this ",
-              dtype_name(dtype), " attention (", why, "); it runs as gemm");
+  PT_LOG_WARN(kGeneral, "PARATRAIN_CUDA_ATTENTION=", form_name(k), ": the flash kernels do not take this ",
+              dtype_name(dtype), " attention (", why, "); it runs as ", instead);
 }
 
-// The flash kernels in the attention tables' signatures: the tensor-core ones for bf16 and
-// f16, the f32 ones (CUDA cores) for f32. What they do not take (head size, alignment, the GPU:
-// layers.h) runs as the GEMM attention with f32 products, within the CPU's contract, whose lse
-// (the same rows) either backward reads.
-template <DType T>
+template <DType T, FlashKernels K>
+constexpr bool kF32Arithmetic = K == FlashKernels::kF32Arithmetic || T == DType::F32;
+
+template <DType T, FlashKernels K>
 bool run_flash_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH,
                        std::string* why) {
-  if constexpr (T == DType::F32)
-    return attention_forward_flash_f32(static_cast<float*>(out), static_cast<float*>(lse),
-                                       static_cast<const float*>(qkv), B, Tn, C, NH, why);
+  if constexpr (kF32Arithmetic<T, K>)
+    return attention_forward_flash_f32(T, out, static_cast<float*>(lse), qkv, B, Tn, C, NH, why);
   else
     return attention_forward_flash(T, static_cast<uint16_t*>(out), static_cast<float*>(lse),
                                    static_cast<const uint16_t*>(qkv), B, Tn, C, NH, why);
 }
-template <DType T>
+template <DType T, FlashKernels K>
 bool run_flash_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse, int64_t B,
                         int64_t Tn, int64_t C, int64_t NH) {
-  if constexpr (T == DType::F32)
-    return attention_backward_flash_f32(static_cast<float*>(dqkv), static_cast<const float*>(dout),
-                                        static_cast<const float*>(qkv), static_cast<const float*>(out),
-                                        static_cast<const float*>(lse), B, Tn, C, NH);
+  if constexpr (kF32Arithmetic<T, K>)
+    return attention_backward_flash_f32(T, dqkv, dout, qkv, out, static_cast<const float*>(lse), B, Tn, C, NH);
   else
     return attention_backward_flash(T, static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout),
                                     static_cast<const uint16_t*>(qkv), static_cast<const uint16_t*>(out),
                                     static_cast<const float*>(lse), B, Tn, C, NH);
 }
-template <DType T>
+
+// What runs where the flash kernels do not take an attention (head size, alignment, the GPU:
+// layers.h), within the CPU's contract, with the same lse rows (so either backward reads the
+// other forward's): under `tiles` the 16 x 16 tiles kernels (f32, bf16; head sizes up to 128),
+// else the GEMM attention with f32 products.
+template <DType T, FlashKernels K>
+constexpr bool kInsteadTiles = K == FlashKernels::kF32Arithmetic && T != DType::F16;
+template <DType T, FlashKernels K>
+void attention_forward_instead(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+  if constexpr (kInsteadTiles<T, K> && T == DType::F32)
+    erase<&cuda::attention_forward>(out, lse, qkv, B, Tn, C, NH);
+  else if constexpr (kInsteadTiles<T, K>)
+    erase<&cuda::attention_forward_bf16>(out, lse, qkv, B, Tn, C, NH);
+  else
+    gemm_attention_forward<T>(out, lse, qkv, B, Tn, C, NH);
+}
+template <DType T, FlashKernels K>
+void attention_backward_instead(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
+                                int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+  if constexpr (kInsteadTiles<T, K> && T == DType::F32)
+    erase<&cuda::attention_backward>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
+  else if constexpr (kInsteadTiles<T, K>)
+    erase<&cuda::attention_backward_bf16>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
+  else
+    gemm_attention_backward<T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
+}
+
+// The flash kernels K in the attention tables' signatures.
+template <DType T, FlashKernels K>
 void flash_attention_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
   std::string why;
-  if (run_flash_forward<T>(out, lse, qkv, B, Tn, C, NH, &why)) return;
-  warn_once_not_flash(T, why);
-  gemm_attention_forward<T>(out, lse, qkv, B, Tn, C, NH);
+  if (run_flash_forward<T, K>(out, lse, qkv, B, Tn, C, NH, &why)) return;
+  warn_once_not_flash(K, T, why, kInsteadTiles<T, K> ? "the 16 x 16 tiles kernels" : "gemm");
+  attention_forward_instead<T, K>(out, lse, qkv, B, Tn, C, NH);
 }
-template <DType T>
+template <DType T, FlashKernels K>
 void flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
                               int64_t B, int64_t Tn, int64_t C, int64_t NH) {
-  if (!run_flash_backward<T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH))
-    gemm_attention_backward<T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
+  if (!run_flash_backward<T, K>(dqkv, dout, qkv, out, lse, B, Tn, C, NH))
+    attention_backward_instead<T, K>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
 }
 
 // PARATRAIN_CUDA_ATTENTION: which attention the tables hold.
@@ -120,25 +152,23 @@ void register_layer_kernels(Registry& r) {
   r.crossentropy_backward.set(G, BF, erase<&cuda::crossentropy_backward_bf16>);
   r.crossentropy_forward.set(G, H, erase<&cuda::crossentropy_forward_f16>);
   r.crossentropy_backward.set(G, H, erase<&cuda::crossentropy_backward_f16>);
-  // f16 (--precision fp16): the flash kernels where the form is flash, else the GEMM
-  // attention with f32 products (the tiles kernels are bf16 and f32 only).
+  // f16 (--precision fp16): the flash kernels where the form is flash or tiles, else the GEMM
+  // attention with f32 products.
   r.attention_forward.set(G, H, &gemm_attention_forward<H>);
   r.attention_backward.set(G, H, &gemm_attention_backward<H>);
   switch (attention_form()) {
     case AttentionForm::kFlash:
-      r.attention_forward.set(G, F, &flash_attention_forward<F>);
-      r.attention_forward.set(G, BF, &flash_attention_forward<BF>);
-      r.attention_forward.set(G, H, &flash_attention_forward<H>);
-      r.attention_backward.set(G, F, &flash_attention_backward<F>);
-      r.attention_backward.set(G, BF, &flash_attention_backward<BF>);
-      r.attention_backward.set(G, H, &flash_attention_backward<H>);
+    case AttentionForm::kTiles: {
+      constexpr FlashKernels TC = FlashKernels::kTensorCores, F32A = FlashKernels::kF32Arithmetic;
+      const bool tiles = attention_form() == AttentionForm::kTiles;
+      r.attention_forward.set(G, F, &flash_attention_forward<F, F32A>);
+      r.attention_forward.set(G, BF, tiles ? &flash_attention_forward<BF, F32A> : &flash_attention_forward<BF, TC>);
+      r.attention_forward.set(G, H, tiles ? &flash_attention_forward<H, F32A> : &flash_attention_forward<H, TC>);
+      r.attention_backward.set(G, F, &flash_attention_backward<F, F32A>);
+      r.attention_backward.set(G, BF, tiles ? &flash_attention_backward<BF, F32A> : &flash_attention_backward<BF, TC>);
+      r.attention_backward.set(G, H, tiles ? &flash_attention_backward<H, F32A> : &flash_attention_backward<H, TC>);
       break;
-    case AttentionForm::kTiles:
-      r.attention_forward.set(G, F, erase<&cuda::attention_forward>);
-      r.attention_forward.set(G, BF, erase<&cuda::attention_forward_bf16>);
-      r.attention_backward.set(G, F, erase<&cuda::attention_backward>);
-      r.attention_backward.set(G, BF, erase<&cuda::attention_backward_bf16>);
-      break;
+    }
     case AttentionForm::kGemm:
     case AttentionForm::kGemmBf16Products: {
       const bool half = attention_form() == AttentionForm::kGemmBf16Products;
