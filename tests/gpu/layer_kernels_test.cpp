@@ -434,17 +434,13 @@ void by_gemm_backward(void* dqkv, const void* dout, const void* qkv, const void*
                       int64_t Tn, int64_t C, int64_t NH) {
   attention_by_gemm_backward<Device::CUDA, T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH, 16, Half);
 }
-// The flash kernels (bf16 or f16), the GEMM attention with f32 products where they do not take
-// the shape (as the tables run them); head sizes 32, 64 and 128 must be taken where the GPU's
-// blocks may have the shared memory they need (all three from Ampere on; Turing: 32 and 64).
-bool flash_takes(int64_t C, int64_t NH) {
-  const int64_t bytes = cuda::flash_attention_shared_bytes(C / NH);
-  int optin = 0;
-  PT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-  return bytes > 0 && bytes <= optin;
-}
-bool flash_f32_takes(int64_t C, int64_t NH) {
-  const int64_t bytes = cuda::flash_attention_f32_shared_bytes(C / NH);
+// Whether the flash kernels (the f32-arithmetic ones, or the tensor-core ones) must take a shape
+// on cuda:0: head sizes 32, 64 and 128 where the GPU's blocks may have the shared memory they
+// need (all three from Ampere on; Turing: 32 and 64). Where they do not, the GEMM attention
+// with f32 products runs, as the tables run it.
+bool flash_takes(bool f32_arithmetic, int64_t C, int64_t NH) {
+  const int64_t bytes = f32_arithmetic ? cuda::flash_attention_f32_shared_bytes(C / NH)
+                                       : cuda::flash_attention_shared_bytes(C / NH);  // 0: not a head size of theirs
   int optin = 0;
   PT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
   return bytes > 0 && bytes <= optin;
@@ -457,11 +453,11 @@ void flash_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn,
   bool taken;
   if constexpr (F32Arithmetic) {
     taken = cuda::attention_forward_flash_f32(D, out, static_cast<float*>(lse), qkv, B, Tn, C, NH);
-    EXPECT_EQ(taken, flash_f32_takes(C, NH)) << "the f32-arithmetic flash forward's shapes";
+    EXPECT_EQ(taken, flash_takes(true, C, NH)) << "the f32-arithmetic flash forward's shapes";
   } else {
     taken = cuda::attention_forward_flash(D, static_cast<uint16_t*>(out), static_cast<float*>(lse),
                                           static_cast<const uint16_t*>(qkv), B, Tn, C, NH);
-    EXPECT_EQ(taken, flash_takes(C, NH)) << "the flash forward's shapes";
+    EXPECT_EQ(taken, flash_takes(false, C, NH)) << "the flash forward's shapes";
   }
   if (!taken) by_gemm_forward<D>(out, lse, qkv, B, Tn, C, NH);
 }
@@ -471,12 +467,12 @@ void flash_backward(void* dqkv, const void* dout, const void* qkv, const void* o
   bool taken;
   if constexpr (F32Arithmetic) {
     taken = cuda::attention_backward_flash_f32(D, dqkv, dout, qkv, out, static_cast<const float*>(lse), B, Tn, C, NH);
-    EXPECT_EQ(taken, flash_f32_takes(C, NH)) << "the f32-arithmetic flash backward's shapes";
+    EXPECT_EQ(taken, flash_takes(true, C, NH)) << "the f32-arithmetic flash backward's shapes";
   } else {
     taken = cuda::attention_backward_flash(
         D, static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout), static_cast<const uint16_t*>(qkv),
         static_cast<const uint16_t*>(out), static_cast<const float*>(lse), B, Tn, C, NH);
-    EXPECT_EQ(taken, flash_takes(C, NH)) << "the flash backward's shapes";
+    EXPECT_EQ(taken, flash_takes(false, C, NH)) << "the flash backward's shapes";
   }
   if (!taken) by_gemm_backward<D>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
 }
@@ -653,8 +649,20 @@ TEST(CudaLayerKernels, FlashSharedMemoryAndDtypes) {
   EXPECT_EQ(cuda::flash_attention_f32_shared_bytes(48), 0);
   uint16_t buf[8] = {};
   float lse[1] = {};
-  EXPECT_THROW(cuda::attention_forward_flash(DType::F32, buf, lse, buf, 1, 1, 64, 1), InputError);
-  EXPECT_THROW(cuda::attention_backward_flash(DType::F32, buf, buf, buf, buf, lse, 1, 1, 64, 1), InputError);
+  using paratrain::testing::error_of;
+  EXPECT_EQ(error_of<InputError>([&] { cuda::attention_forward_flash(DType::F32, buf, lse, buf, 1, 1, 64, 1); }),
+            "attention_forward (cuda, flash): dtype f32 (the flash kernels take bf16 and f16)");
+  EXPECT_EQ(
+      error_of<InputError>([&] { cuda::attention_backward_flash(DType::F32, buf, buf, buf, buf, lse, 1, 1, 64, 1); }),
+      "attention_backward (cuda, flash): dtype f32 (the flash kernels take bf16 and f16)");
+  // The f32-arithmetic kernels take the three floating dtypes, and no other.
+  EXPECT_EQ(error_of<InputError>(
+                [&] { cuda::attention_forward_flash_f32(DType::I32, nullptr, nullptr, nullptr, 2, 10, 128, 2); }),
+            "attention_forward (cuda, flash f32): dtype i32 (the f32-arithmetic flash kernels take f32, bf16 and f16)");
+  EXPECT_EQ(error_of<InputError>([&] {
+              cuda::attention_backward_flash_f32(DType::U8, nullptr, nullptr, nullptr, nullptr, lse, 2, 10, 128, 2);
+            }),
+            "attention_backward (cuda, flash f32): dtype u8 (the f32-arithmetic flash kernels take f32, bf16 and f16)");
 }
 
 // Why the flash kernels do not take an attention, in words (what PARATRAIN_CUDA_ATTENTION=flash
@@ -666,7 +674,9 @@ TEST(CudaLayerKernels, FlashSaysWhyItDoesNotTakeAnAttention) {
   EXPECT_EQ(cuda::flash_attention_refusal(DType::F16, 70000, 10, 64, 1, buf),
             "B * NH = 70000, more than one launch takes (65535)");
   EXPECT_EQ(cuda::flash_attention_refusal(kF32, 2, 10, 2 * 80, 2, buf), "head size 80 (they take 32, 64 and 128)");
-  EXPECT_THROW(cuda::flash_attention_refusal(DType::I32, 1, 10, 64, 1, buf), InputError);
+  EXPECT_EQ(paratrain::testing::error_of<InputError>(
+                [&] { cuda::flash_attention_refusal(DType::I32, 1, 10, 64, 1, buf); }),
+            "flash_attention_refusal (cuda): dtype i32 (flash attention takes f32, bf16 and f16)");
   // The forward hands the same reason back (what the table's warning prints), running nothing.
   std::string why;
   float lse[10] = {};
@@ -674,7 +684,6 @@ TEST(CudaLayerKernels, FlashSaysWhyItDoesNotTakeAnAttention) {
   EXPECT_EQ(why, "head size 80 (they take 32, 64 and 128)");
   why.clear();
   EXPECT_FALSE(cuda::attention_forward_flash_f32(kBF16, nullptr, nullptr, nullptr, 2, 10, 2 * 80, 2, &why));
-  EXPECT_THROW(cuda::attention_forward_flash_f32(DType::I32, nullptr, nullptr, nullptr, 2, 10, 128, 2), InputError);
   EXPECT_EQ(why, "head size 80 (they take 32, 64 and 128)");
   PT_REQUIRE_GPU();
   for (const DType dt : {kF32, kBF16, DType::F16}) {

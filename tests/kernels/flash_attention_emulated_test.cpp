@@ -197,6 +197,14 @@ void launch_in_bounds(unsigned char (&smem)[N], size_t bytes, unsigned tiles, un
                             << " its launch asks for";
 }
 
+// D = rowsum(dO * O), launched as both launchers launch it: whole warps past the last row.
+template <int HS, typename Rules, typename V>
+void run_rowdot(float* D, const V* dout, const V* out, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  namespace k = flash_common;
+  launch(unsigned((B * NH * T + k::kRowdotRows - 1) / k::kRowdotRows), 1, 32 * k::kRowdotRows,
+         [&] { k::rowdot_kernel<HS, Rules>(D, dout, out, B, T, C, int(NH)); });
+}
+
 // The forward, D and the two backward kernels on E, launched as flash_attention.cu and
 // flash_attention_f32.cu launch them (the shared memory they ask for; whole warps past the last
 // row for D).
@@ -211,8 +219,7 @@ void run_kernels(V* out, float* lse, float* D, V* dqkv, const V* qkv, const V* d
     using S = k::Shape<HS>;
     launch_in_bounds(k::smem, S::kForwardBytes, tiles, bh, k::kThreads,
                      [&] { k::forward_kernel<HS, E>(out, lse, qkv, T, C, int(NH), scale); });
-    launch(unsigned((BH * T + k::kRowdotRows - 1) / k::kRowdotRows), 1, 32 * k::kRowdotRows,
-           [&] { k::rowdot_kernel<HS, E>(D, dout, out, B, T, C, int(NH)); });
+    run_rowdot<HS, E>(D, dout, out, B, T, C, NH);
     launch_in_bounds(k::smem, S::kBackwardBytes, tiles, bh, k::kThreads,
                      [&] { k::backward_keys_kernel<HS, E>(dqkv, dout, qkv, lse, D, T, C, int(NH), scale); });
     launch_in_bounds(k::smem, S::kBackwardBytes, tiles, bh, k::kThreads,
@@ -222,8 +229,7 @@ void run_kernels(V* out, float* lse, float* D, V* dqkv, const V* qkv, const V* d
     static_assert(k::kRows == 64);
     launch_in_bounds(k::smem, k::Layout<HS>::kBytes, tiles, bh, k::kThreads,
                      [&] { k::flash_forward_kernel<HS, E>(out, lse, qkv, B, T, C, int(NH), scale); });
-    launch(unsigned((BH * T + k::kRowdotRows - 1) / k::kRowdotRows), 1, 32 * k::kRowdotRows,
-           [&] { k::rowdot_kernel<E>(D, dout, out, B, T, C, int(NH)); });
+    run_rowdot<HS, std::conditional_t<std::is_same_v<E, __half>, el::F16, el::BF16>>(D, dout, out, B, T, C, NH);
     launch_in_bounds(k::smem, k::BackwardLayout<HS>::kBytes, tiles, bh, k::kThreads,
                      [&] { k::flash_backward_keys_kernel<HS, E>(dqkv, dout, qkv, lse, D, B, T, C, int(NH), scale); });
     launch_in_bounds(k::smem, k::BackwardLayout<HS>::kBytes, tiles, bh, k::kThreads, [&] {

@@ -96,8 +96,10 @@ void launch_backward(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, 
   cudaStream_t s = detail::stream();
   Tensor D = Tensor::empty({B * NH * T}, DType::F32, Device::CUDA, ::paratrain::cuda::current_device());
   auto* d = static_cast<float*>(D.data_ptr());
-  flash::rowdot_kernel<E><<<detail::ceil_div(B * NH * T, flash::kRowdotRows), 32 * flash::kRowdotRows, 0, s>>>(
-      d, dout, out, B, T, C, static_cast<int>(NH));
+  using Rules = detail::Elem<std::is_same_v<E, __half> ? DType::F16 : DType::BF16>;  // E's bits, widened
+  flash_common::rowdot_kernel<HS, Rules>
+      <<<detail::ceil_div(B * NH * T, flash_common::kRowdotRows), 32 * flash_common::kRowdotRows, 0, s>>>(
+          d, dout, out, B, T, C, static_cast<int>(NH));
   PT_CUDA_CHECK_LAUNCH();
   const dim3 grid(detail::ceil_div(T, flash::kRows), static_cast<unsigned>(B * NH));
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -137,6 +139,9 @@ std::string flash_attention_refusal(DType dtype, int64_t B, int64_t T, int64_t C
                                     const void* dout) {
   detail::check_flash_sizes(B, T, C, NH, "flash_attention_refusal", "flash");
   if (dtype == DType::F32) return flash_attention_f32_refusal(B, T, C, NH, qkv, dout);
+  if (dtype != DType::BF16 && dtype != DType::F16)
+    PT_THROW(InputError, "flash_attention_refusal (cuda): dtype ", dtype_name(dtype),
+             " (flash attention takes f32, bf16 and f16)");
   return with_operand(dtype, "flash_attention_refusal",
                       [&](auto e) { return refusal<decltype(e)>(B, T, C, NH, qkv, dout); });
 }

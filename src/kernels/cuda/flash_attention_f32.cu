@@ -64,8 +64,8 @@ void launch_backward(void* dqkv_, const void* dout_, const void* qkv_, const voi
   const cudaStream_t s = detail::stream();
   Tensor D = Tensor::empty({B * NH * T}, DType::F32, Device::CUDA, ::paratrain::cuda::current_device());
   auto* d = static_cast<float*>(D.data_ptr());
-  flash32::rowdot_kernel<HS, E>
-      <<<detail::ceil_div(B * NH * T, flash32::kRowdotRows), 32 * flash32::kRowdotRows, 0, s>>>(
+  flash_common::rowdot_kernel<HS, E>
+      <<<detail::ceil_div(B * NH * T, flash_common::kRowdotRows), 32 * flash_common::kRowdotRows, 0, s>>>(
           d, dout, out, B, T, C, static_cast<int>(NH));
   PT_CUDA_CHECK_LAUNCH();
   const dim3 grid(detail::ceil_div(T, flash32::kRows), static_cast<unsigned>(B * NH));

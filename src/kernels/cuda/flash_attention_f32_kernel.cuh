@@ -28,7 +28,7 @@
 //   64 keys up to the diagonal, S = scale Q K^T masked, the running max m and sum l per row,
 //   P = exp(S - m) to shared memory, O = alpha O + P V in registers; then out = O / l and
 //   lse = m + log l (natural log of the scaled scores: the CPU's convention).
-// backward, D = rowsum(dO * O) first (rowdot_kernel), then two kernels, so that every element
+// backward, D = rowsum(dO * O) first (flash_common::rowdot_kernel), then two kernels, so that every element
 //   of dqkv has one writer (no atomics: the same bits every run; `+=` into dqkv):
 //   dK/dV, a block per 64 keys (the first first), over the query tiles from the diagonal on:
 //     P^T = exp(scale K Q^T - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D);
@@ -40,12 +40,16 @@
 // This file holds only the kernels, so that they compile on the host over an emulation of the
 // CUDA built-ins they use (threadIdx, blockIdx, gridDim, __syncthreads, __shfl_xor_sync,
 // float2, float4, make_float4, uint4) and run there without a GPU
-// (tests/kernels/flash_attention_f32_emulated_test.cpp).
+// (tests/kernels/flash_attention_emulated_test.cpp).
 #pragma once
+
+#include "kernels/cuda/flash_kernel_common.cuh"
 
 namespace paratrain::kernels::cuda::flash32 {
 // Internal linkage: each includer (flash_attention_f32.cu, the CPU emulation) has its own.
 namespace {
+
+using flash_common::last_tile_first;
 
 constexpr int kRows = 64;       // rows a block owns = rows of a tile it walks
 constexpr int kThreads = 256;   // 16 x 16
@@ -203,10 +207,6 @@ __device__ __forceinline__ void write_rows(typename E::S* dst, int64_t stride, i
   }
 }
 
-// A block's tile when the grid's x runs over the tiles of one (batch, head), the last first
-// (query tiles: the last has the most keys, and a GPU starts blocks roughly in index order).
-__device__ __forceinline__ int last_tile_first() { return static_cast<int>(gridDim.x - 1u - blockIdx.x); }
-
 template <int HS, typename E>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(typename E::S* out, float* lse, const typename E::S* qkv, int64_t T, int64_t C, int NH,
@@ -270,23 +270,6 @@ __global__ void __launch_bounds__(kThreads)
     if (lse && tx == 0 && row < T) lse[bh * T + row] = m[i] + logf(l[i]);
   }
   write_rows<HS, E>(out + b * T * C + h * HS, C, q0, T, o, inv, false);
-}
-
-// D[bh T + t] = sum_d dO[b,t,h,d] O[b,t,h,d]: a warp per row, kRowdotRows rows a block.
-constexpr int kRowdotRows = 8;
-template <int HS, typename E>
-__global__ void rowdot_kernel(float* D, const typename E::S* dout, const typename E::S* out, int64_t B, int64_t T,
-                              int64_t C, int NH) {
-  const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  if (r >= B * NH * T) return;  // whole warps leave together (the block is a multiple of 32)
-  const int64_t bh = r / T, t = r % T, b = bh / NH, h = bh % NH;
-  const typename E::S* o = out + (b * T + t) * C + h * HS;
-  const typename E::S* d = dout + (b * T + t) * C + h * HS;
-  float s = 0.0f;
-  for (int i = lane; i < HS; i += 32) s += E::load(d[i]) * E::load(o[i]);
-  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-  if (lane == 0) D[r] = s;
 }
 
 // lse and D of rows [r0, r0 + 64) of one (batch, head) into lse_s, D_s (0 past T).

@@ -40,10 +40,14 @@
 // (the oldest __CUDA_ARCH__ with WMMA on E).
 #pragma once
 
+#include "kernels/cuda/flash_kernel_common.cuh"
+
 namespace paratrain::kernels::cuda::flash {
 // Internal linkage: each includer (flash_attention.cu, and the CPU emulation in
 // tests/kernels/flash_attention_emulated_test.cpp) has its own kernels, never the other's.
 namespace {
+
+using flash_common::last_tile_first;
 
 // Whether a kernel for operands E has its body in this compilation: WMMA on E needs
 // Operand<E>::kMinArch (f16: sm_70; bf16: sm_80, Ampere). Compiled for an older GPU (a build
@@ -120,13 +124,6 @@ __device__ __forceinline__ void accumulate_product(wmma::fragment<wmma::accumula
     }
   }
 }
-
-// A block's query tile when the grid's x runs over the tiles of one (batch, head): the last
-// first. A query tile's work grows with its index (keys up to the diagonal), and a GPU starts
-// blocks roughly in index order, so the longest start first and the short ones fill the tail.
-// 32-bit arithmetic: in 64 bits it cost the forward 18 registers (4 blocks per SM to 3 for
-// head size 64) and made the dQ kernel spill.
-__device__ __forceinline__ unsigned last_tile_first() { return gridDim.x - 1u - blockIdx.x; }
 
 template <int HS, typename E>
 __global__ void __launch_bounds__(kThreads)
@@ -245,24 +242,7 @@ __global__ void __launch_bounds__(kThreads)
 //   queries: a block per 64 queries, warp w owning queries 16w..16w+15, over the key tiles up
 //            to the diagonal: S = Q K^T, dP = dO V^T, dS = P (dP - D) rounded to bf16,
 //            dQ += dS K; dqkv's q part += scale dQ.
-// D = rowsum(dO * O) per query row comes first (rowdot_kernel, f32).
-
-// D[bh T + t] = sum_d dO[b,t,h,d] O[b,t,h,d]: a warp per row, kRowdotRows rows a block.
-constexpr int kRowdotRows = 8;
-template <typename E>
-__global__ void rowdot_kernel(float* D, const uint16_t* dout, const uint16_t* out, int64_t B, int64_t T, int64_t C,
-                              int NH) {
-  const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (r >= B * NH * T) return;  // whole warps leave together (the block is a multiple of 32)
-  const int64_t bh = r / T, t = r % T, b = bh / NH, h = bh % NH, hs = C / NH;
-  const uint16_t* o = out + (b * T + t) * C + h * hs;
-  const uint16_t* d = dout + (b * T + t) * C + h * hs;
-  float s = 0.0f;
-  for (int64_t i = lane; i < hs; i += 32) s += Operand<E>::load(d[i]) * Operand<E>::load(o[i]);
-  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-  if (lane == 0) D[r] = s;
-}
+// D = rowsum(dO * O) per query row comes first (flash_common::rowdot_kernel, f32).
 
 template <int HS>
 struct BackwardLayout {
