@@ -7,15 +7,18 @@
 #   3. measures paratrain's CUDA kernels (gpu_kernels_bench) beside PyTorch's for the same
 #      gpt2-124m shapes (torch_gpu_kernels.py) and prints the ratios;
 #   4. trains gpt-mini and gpt2-124m in bf16 on one GPU, and with DDP on all GPUs, with
-#      `paratrain train --device cuda` (the default attention, then PARATRAIN_CUDA_ATTENTION=flash)
-#      beside PyTorch (torch_gpu_train.py: SDPA, autocast, fused AdamW) on the same GPU:
-#      tokens/s, MFU and peak memory; then a summary table with paratrain's tokens/s over
-#      PyTorch's and DDP's scaling (N GPUs over N times one), per attention form;
+#      `paratrain train --device cuda` under each attention form of ATTENTION_FORMS (the
+#      default, then PARATRAIN_CUDA_ATTENTION=flash and =tiles) beside PyTorch
+#      (torch_gpu_train.py: SDPA, autocast, fused AdamW) on the same GPU: tokens/s, MFU and
+#      peak memory; then a summary table with paratrain's tokens/s over PyTorch's and DDP's
+#      scaling (N GPUs over N times one), per attention form, and the fastest form;
 #   5. where gpt2-124m's step goes on one GPU: a few steps under PARATRAIN_PROFILE=1 (each op's
 #      GPU time, forward and backward, and the optimizer's), per attention form.
 # Exits 1 when a test fails or a step that should work does not; prints what it skipped.
 #
 # Usage: bash bench/gpu_check.sh [BUILD_DIR]     (STEPS=200 MB_MINI=32 MB_124M=8 to change;
+#        ATTENTION_FORMS="default flash tiles" the forms trained and profiled, "default" the
+#        tables' own;
 #        SKIP_BUILD=1 runs what BUILD_DIR already holds, built elsewhere for this GPU;
 #        TESTS_BUDGET_S=300 stops the GPU tests there and goes on)
 set -uo pipefail
@@ -24,6 +27,7 @@ BUILD=${1:-$ROOT/build/gpu}
 STEPS=${STEPS:-200}
 MB_MINI=${MB_MINI:-32}
 MB_124M=${MB_124M:-8}
+ATTENTION_FORMS=${ATTENTION_FORMS:-default flash tiles}
 source "$ROOT/bench/lib.sh"
 PY=python3                           # the tables: any Python
 TORCH_PY=$(bench_python torch)       # the PyTorch peers: the Python that has torch
@@ -146,8 +150,10 @@ for spec in "gpt-mini $MB_MINI" "gpt2-124m $MB_124M"; do
   set -- $spec
   for np in 1 $([ "$NGPU" -gt 1 ] && echo "$NGPU"); do
     echo "-- $1, micro-batch $2, $np GPU(s)"
-    train_paratrain "$1" "$2" "$np" | tee -a "$SUMMARY" || status=1
-    train_paratrain "$1" "$2" "$np" flash | tee -a "$SUMMARY" || status=1  # the flash attention kernels
+    for attn in $ATTENTION_FORMS; do
+      [ "$attn" = default ] && attn=""
+      train_paratrain "$1" "$2" "$np" $attn | tee -a "$SUMMARY" || status=1
+    done
     ${TORCH_PY:-false} "$ROOT/bench/torch_gpu_train.py" --model "$1" --micro-batch "$2" --steps "$((STEPS / 2))" --nproc "$np" |
       tee -a "$SUMMARY" || echo "(PyTorch training did not run)"
   done
@@ -177,11 +183,19 @@ for (impl, model, gpus), r in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[
     scaling = f"{r['tokens_per_s'] / (gpus * one['tokens_per_s']):.2f}" if gpus > 1 and one else "-"
     print(f"{model:10} {gpus:>4} {impl:16} {r['tokens_per_s']:>10.0f} {t['tokens_per_s'] if t else float('nan'):>14.0f} "
           f"{ratio:>6} {r['mfu']:>6.3f} {r['peak_mem_bytes'] / 2**30:>8.2f} {scaling:>11}")
+# Which attention form to make the default: the fastest on gpt2-124m, one GPU (once its tests pass).
+forms = {impl: r["tokens_per_s"] for (impl, model, gpus), r in runs.items()
+         if impl.startswith("paratrain") and model == "gpt2-124m" and gpus == 1}
+if forms:
+    best = max(forms, key=forms.get)
+    print(f"fastest attention form, gpt2-124m on one GPU: {best} ({forms[best]:.0f} tokens/s; "
+          + ", ".join(f"{k} {v:.0f}" for k, v in sorted(forms.items())) + ")")
 PY
 
 # Each op's time on the GPU (the profiler waits for the GPU around every op): the table to read
 # for what to speed up next.
-for attn in "" flash; do
+for attn in $ATTENTION_FORMS; do
+  [ "$attn" = default ] && attn=""
   say "where a gpt2-124m step goes (PARATRAIN_PROFILE=1, 6 steps, attention ${attn:-default})"
   log=$BUILD/profile_gpt2-124m${attn:+_$attn}.log
   if env PARATRAIN_PROFILE=1 ${attn:+PARATRAIN_CUDA_ATTENTION=$attn} timeout 180 "$BIN" train --device cuda \

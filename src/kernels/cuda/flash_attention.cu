@@ -94,13 +94,9 @@ void launch_backward(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, 
                      int64_t B, int64_t T, int64_t C, int64_t NH) {
   detail::per_device<FlashSetup<HS, E>>();
   cudaStream_t s = detail::stream();
-  Tensor D = Tensor::empty({B * NH * T}, DType::F32, Device::CUDA, ::paratrain::cuda::current_device());
-  auto* d = static_cast<float*>(D.data_ptr());
   using Rules = detail::Elem<std::is_same_v<E, __half> ? DType::F16 : DType::BF16>;  // E's bits, widened
-  flash_common::rowdot_kernel<HS, Rules>
-      <<<detail::ceil_div(B * NH * T, flash_common::kRowdotRows), 32 * flash_common::kRowdotRows, 0, s>>>(
-          d, dout, out, B, T, C, static_cast<int>(NH));
-  PT_CUDA_CHECK_LAUNCH();
+  const Tensor D = detail::flash_rowdot<HS, Rules>(dout, out, B, T, C, NH);
+  const auto* d = static_cast<const float*>(D.data_ptr());
   const dim3 grid(detail::ceil_div(T, flash::kRows), static_cast<unsigned>(B * NH));
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const int bytes = flash::BackwardLayout<HS>::kBytes;

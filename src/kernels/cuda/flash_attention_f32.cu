@@ -62,12 +62,8 @@ void launch_backward(void* dqkv_, const void* dout_, const void* qkv_, const voi
              *out = static_cast<const S*>(out_);
   detail::per_device<FlashF32Setup<HS, E>>();
   const cudaStream_t s = detail::stream();
-  Tensor D = Tensor::empty({B * NH * T}, DType::F32, Device::CUDA, ::paratrain::cuda::current_device());
-  auto* d = static_cast<float*>(D.data_ptr());
-  flash_common::rowdot_kernel<HS, E>
-      <<<detail::ceil_div(B * NH * T, flash_common::kRowdotRows), 32 * flash_common::kRowdotRows, 0, s>>>(
-          d, dout, out, B, T, C, static_cast<int>(NH));
-  PT_CUDA_CHECK_LAUNCH();
+  const Tensor D = detail::flash_rowdot<HS, E>(dout, out, B, T, C, NH);
+  const auto* d = static_cast<const float*>(D.data_ptr());
   const dim3 grid(detail::ceil_div(T, flash32::kRows), static_cast<unsigned>(B * NH));
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const int bytes = Shape<HS>::kBackwardBytes;

@@ -1,8 +1,9 @@
 // What the flash attention launchers share (flash_attention.cu: the tensor-core kernels;
 // flash_attention_f32.cu: the f32 ones): the head sizes they are compiled for, the size checks,
 // what the current GPU offers them, and the reasons in words they give for not taking an
-// attention (kernels/cuda/layers.h, flash_attention_refusal). Host code; FlashDevice is made
-// once per device (detail::per_device) and any thread may ask for it.
+// attention (kernels/cuda/layers.h, flash_attention_refusal), and the backward's first kernel
+// (flash_rowdot). Host code; FlashDevice is made once per device (detail::per_device) and any
+// thread may ask for it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,9 +14,11 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/cuda/flash_kernel_common.cuh"
 #include "kernels/cuda/launch.h"
 #include "paratrain/base/error.h"
 #include "paratrain/tensor/cuda_check.h"
+#include "paratrain/tensor/tensor.h"
 
 namespace paratrain::kernels::cuda::detail {
 
@@ -90,6 +93,20 @@ inline std::string flash_device_refusal(int64_t C, int64_t NH, int64_t bytes, co
   for (const auto& [name, p] : {std::pair{"qkv", qkv}, std::pair{"dout", dout}})
     if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) return concat(name, " is not 16-byte aligned");
   return "";
+}
+
+// The flash backward's D = rowsum(dO * O) of (B,T,C) dout and out (the elements' rules E:
+// detail::Elem<dtype>), B*NH*T f32 from the device's caching allocator, computed on the current
+// stream (stream-ordered: the tensor may be dropped once the kernels that read it are queued).
+template <int HS, typename E>
+Tensor flash_rowdot(const typename E::S* dout, const typename E::S* out, int64_t B, int64_t T, int64_t C,
+                    int64_t NH) {
+  namespace k = flash_common;
+  Tensor D = Tensor::empty({B * NH * T}, DType::F32, Device::CUDA, ::paratrain::cuda::current_device());
+  k::rowdot_kernel<HS, E><<<ceil_div(B * NH * T, k::kRowdotRows), 32 * k::kRowdotRows, 0, stream()>>>(
+      static_cast<float*>(D.data_ptr()), dout, out, B, T, C, static_cast<int>(NH));
+  PT_CUDA_CHECK_LAUNCH();
+  return D;
 }
 
 }  // namespace paratrain::kernels::cuda::detail
