@@ -24,6 +24,7 @@
 #include "support/expect_values.h"
 #include "paratrain/base/env.h"
 #include "paratrain/base/error.h"
+#include "kernels/cuda/flash_launch.h"
 #include "kernels/cuda/layers.h"
 #include "paratrain/kernels/attention_by_gemm.h"
 #include "paratrain/kernels/cpu/attention.h"
@@ -666,8 +667,8 @@ TEST(CudaLayerKernels, FlashSharedMemoryAndDtypes) {
 }
 
 // Why the flash kernels do not take an attention, in words (what PARATRAIN_CUDA_ATTENTION=flash
-// warns once before running it as gemm): the shapes they never take without asking a GPU
-// (this part runs without one), the buffers' alignment and the GPU on one.
+// warns once before running it as gemm): the shapes they never take, and the reasons a GPU or
+// the buffers give for stand-in GPUs (this part runs without one); then the current GPU's.
 TEST(CudaLayerKernels, FlashSaysWhyItDoesNotTakeAnAttention) {
   alignas(16) uint16_t buf[16] = {};
   EXPECT_EQ(cuda::flash_attention_refusal(kBF16, 2, 10, 2 * 80, 2, buf), "head size 80 (they take 32, 64 and 128)");
@@ -685,6 +686,23 @@ TEST(CudaLayerKernels, FlashSaysWhyItDoesNotTakeAnAttention) {
   why.clear();
   EXPECT_FALSE(cuda::attention_forward_flash_f32(kBF16, nullptr, nullptr, nullptr, 2, 10, 2 * 80, 2, &why));
   EXPECT_EQ(why, "head size 80 (they take 32, 64 and 128)");
+  // The GPU's part of the reasons, for stand-in GPUs: a Turing (bf16 WMMA needs Ampere; 64 KiB
+  // of shared memory a block, less than head size 128 needs) and a Hopper, then the buffers'
+  // alignment.
+  using cuda::detail::FlashDevice;
+  const FlashDevice turing(1, 750, 64 * 1024), hopper(0, 900, 227 * 1024);
+  EXPECT_EQ(cuda::detail::flash_arch_refusal(turing, 800, "bf16"),
+            "cuda:1 is compute capability 7.5, and WMMA on bf16 needs 8.0");
+  EXPECT_EQ(cuda::detail::flash_arch_refusal(turing, 700, "f16"), "");
+  EXPECT_EQ(cuda::detail::flash_arch_refusal(hopper, 800, "bf16"), "");
+  const int64_t f32_hs128 = cuda::flash_attention_f32_shared_bytes(128);
+  EXPECT_EQ(cuda::detail::flash_device_refusal(256, 2, f32_hs128, turing, buf, nullptr),
+            "head size 128 needs 153088 bytes of shared memory a block, and cuda:1 gives 65536");
+  EXPECT_EQ(cuda::detail::flash_device_refusal(256, 2, f32_hs128, hopper, buf, buf), "");
+  EXPECT_EQ(cuda::detail::flash_device_refusal(256, 2, f32_hs128, hopper, buf + 1, buf), "qkv is not 16-byte aligned");
+  EXPECT_EQ(cuda::detail::flash_device_refusal(256, 2, f32_hs128, hopper, buf, buf + 3),
+            "dout is not 16-byte aligned");
+  EXPECT_EQ(cuda::detail::flash_device_refusal(256, 2, f32_hs128, hopper, buf, nullptr), "") << "no dout: the forward";
   PT_REQUIRE_GPU();
   for (const DType dt : {kF32, kBF16, DType::F16}) {
     SCOPED_TRACE(dtype_name(dt));

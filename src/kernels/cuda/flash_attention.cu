@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/flash_launch.h"
+#include "kernels/cuda/flash_rowdot.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/layers.h"
 #include "paratrain/base/error.h"
@@ -82,10 +83,8 @@ std::string refusal(int64_t B, int64_t T, int64_t C, int64_t NH, const void* qkv
   if (std::string no = detail::flash_shape_refusal(B, T, C, NH, bytes, flash::kRows); !no.empty()) return no;
   const detail::FlashDevice& device = detail::per_device<detail::FlashDevice>();
   constexpr int kMinArch = flash::Operand<E>::kMinArch;
-  if (device.arch < kMinArch)
-    return concat("cuda:", ::paratrain::cuda::current_device(), " is compute capability ", device.arch / 100, ".",
-                  device.arch / 10 % 10, ", and WMMA on ", kMinArch == 800 ? "bf16" : "f16", " needs ",
-                  kMinArch / 100, ".", kMinArch / 10 % 10);
+  if (std::string no = detail::flash_arch_refusal(device, kMinArch, kMinArch == 800 ? "bf16" : "f16"); !no.empty())
+    return no;
   return detail::flash_device_refusal(C, NH, bytes, device, qkv, dout);
 }
 

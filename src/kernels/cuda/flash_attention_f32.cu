@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/flash_attention_f32_kernel.cuh"
 #include "kernels/cuda/flash_launch.h"
+#include "kernels/cuda/flash_rowdot.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/layers.h"
 #include "paratrain/base/error.h"

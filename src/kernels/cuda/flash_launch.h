@@ -1,9 +1,8 @@
 // What the flash attention launchers share (flash_attention.cu: the tensor-core kernels;
 // flash_attention_f32.cu: the f32 ones): the head sizes they are compiled for, the size checks,
 // what the current GPU offers them, and the reasons in words they give for not taking an
-// attention (kernels/cuda/layers.h, flash_attention_refusal), and the backward's first kernel
-// (flash_rowdot). Host code; FlashDevice is made once per device (detail::per_device) and any
-// thread may ask for it.
+// attention (kernels/cuda/layers.h, flash_attention_refusal). Host code (a test compiles it
+// too); FlashDevice is made once per device (detail::per_device) and any thread may ask for it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,11 +13,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "kernels/cuda/flash_kernel_common.cuh"
 #include "kernels/cuda/launch.h"
 #include "paratrain/base/error.h"
 #include "paratrain/tensor/cuda_check.h"
-#include "paratrain/tensor/tensor.h"
 
 namespace paratrain::kernels::cuda::detail {
 
@@ -56,17 +53,19 @@ inline void check_flash_sizes(int64_t B, int64_t T, int64_t C, int64_t NH, const
     PT_THROW(InputError, who, " (cuda, ", form, "): bad sizes B=", B, " T=", T, " C=", C, " NH=", NH);
 }
 
-// What the current GPU offers the kernels, once per device: its compute capability as
-// __CUDA_ARCH__ spells it (9.0: 900) and the shared memory a block may opt into (Turing: 64 KiB).
+// What a GPU offers the kernels: its index, its compute capability as __CUDA_ARCH__ spells it
+// (9.0: 900) and the shared memory a block may opt into (Turing: 64 KiB). The default
+// constructor asks the current GPU (once per device: detail::per_device).
 struct FlashDevice {
+  int index = 0;
   int arch = 0;
   int64_t max_shared = 0;
-  FlashDevice() {
-    const int dev = ::paratrain::cuda::current_device();
+  FlashDevice(int index_, int arch_, int64_t max_shared_) : index(index_), arch(arch_), max_shared(max_shared_) {}
+  FlashDevice() : index(::paratrain::cuda::current_device()) {
     int major = 0, minor = 0, optin = 0;
-    PT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    PT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    PT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    PT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index));
+    PT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index));
+    PT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, index));
     arch = 100 * major + 10 * minor;
     max_shared = optin;
   }
@@ -82,31 +81,26 @@ inline std::string flash_shape_refusal(int64_t B, int64_t T, int64_t C, int64_t 
   return "";
 }
 
-// Why the current GPU's blocks cannot have `bytes` of shared memory ("" when they can), then
+// Why the device has no WMMA on `dtype` (which needs compute capability min_arch, __CUDA_ARCH__'s
+// spelling), "" when it has.
+inline std::string flash_arch_refusal(const FlashDevice& device, int min_arch, const char* dtype) {
+  if (device.arch >= min_arch) return "";
+  return paratrain::detail::concat("cuda:", device.index, " is compute capability ", device.arch / 100, ".",
+                                   device.arch / 10 % 10, ", and WMMA on ", dtype, " needs ", min_arch / 100, ".",
+                                   min_arch / 10 % 10);
+}
+
+// Why the device's blocks cannot have `bytes` of shared memory ("" when they can), then
 // why qkv or dout (which the kernels read in 16-byte vectors; either may be null) are not taken.
 inline std::string flash_device_refusal(int64_t C, int64_t NH, int64_t bytes, const FlashDevice& device,
                                         const void* qkv, const void* dout) {
   using paratrain::detail::concat;
   if (bytes > device.max_shared)
-    return concat("head size ", C / NH, " needs ", bytes, " bytes of shared memory a block, and cuda:",
-                  ::paratrain::cuda::current_device(), " gives ", device.max_shared);
+    return concat("head size ", C / NH, " needs ", bytes, " bytes of shared memory a block, and cuda:", device.index,
+                  " gives ", device.max_shared);
   for (const auto& [name, p] : {std::pair{"qkv", qkv}, std::pair{"dout", dout}})
     if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) return concat(name, " is not 16-byte aligned");
   return "";
-}
-
-// The flash backward's D = rowsum(dO * O) of (B,T,C) dout and out (the elements' rules E:
-// detail::Elem<dtype>), B*NH*T f32 from the device's caching allocator, computed on the current
-// stream (stream-ordered: the tensor may be dropped once the kernels that read it are queued).
-template <int HS, typename E>
-Tensor flash_rowdot(const typename E::S* dout, const typename E::S* out, int64_t B, int64_t T, int64_t C,
-                    int64_t NH) {
-  namespace k = flash_common;
-  Tensor D = Tensor::empty({B * NH * T}, DType::F32, Device::CUDA, ::paratrain::cuda::current_device());
-  k::rowdot_kernel<HS, E><<<ceil_div(B * NH * T, k::kRowdotRows), 32 * k::kRowdotRows, 0, stream()>>>(
-      static_cast<float*>(D.data_ptr()), dout, out, B, T, C, static_cast<int>(NH));
-  PT_CUDA_CHECK_LAUNCH();
-  return D;
 }
 
 }  // namespace paratrain::kernels::cuda::detail
