@@ -48,27 +48,21 @@ Tensor random_on_gpu(const Shape& shape, DType dtype, uint32_t seed, float scale
 // The flash kernels in the attention tables' signatures (the f32-arithmetic ones on the CUDA
 // cores for f32, or for any dtype when `F32Arithmetic`; else the tensor-core ones); a shape they
 // do not take is an error.
+template <bool F32Arithmetic>
+constexpr kernels::cuda::FlashKernels kFlashKernels =
+    F32Arithmetic ? kernels::cuda::FlashKernels::kF32Arithmetic : kernels::cuda::FlashKernels::kTensorCores;
 template <DType D, bool F32Arithmetic = D == DType::F32>
 void flash_forward(void* o, void* l, const void* x, int64_t b, int64_t t, int64_t c, int64_t nh) {
-  bool taken;
-  if constexpr (F32Arithmetic)
-    taken = kernels::cuda::attention_forward_flash_f32(D, o, static_cast<float*>(l), x, b, t, c, nh);
-  else
-    taken = kernels::cuda::attention_forward_flash(D, static_cast<uint16_t*>(o), static_cast<float*>(l),
-                                                   static_cast<const uint16_t*>(x), b, t, c, nh);
-  if (!taken) throw std::runtime_error("the flash forward does not take this shape on this GPU");
+  if (!kernels::cuda::attention_forward_flash(kFlashKernels<F32Arithmetic>, D, o, static_cast<float*>(l), x, b, t,
+                                              c, nh))
+    throw std::runtime_error("the flash forward does not take this shape on this GPU");
 }
 template <DType D, bool F32Arithmetic = D == DType::F32>
 void flash_backward(void* d, const void* g, const void* x, const void* o, const void* l, int64_t b, int64_t t,
                     int64_t c, int64_t nh) {
-  bool taken;
-  if constexpr (F32Arithmetic)
-    taken = kernels::cuda::attention_backward_flash_f32(D, d, g, x, o, static_cast<const float*>(l), b, t, c, nh);
-  else
-    taken = kernels::cuda::attention_backward_flash(D, static_cast<uint16_t*>(d), static_cast<const uint16_t*>(g),
-                                                    static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(o),
-                                                    static_cast<const float*>(l), b, t, c, nh);
-  if (!taken) throw std::runtime_error("the flash backward does not take this shape on this GPU");
+  if (!kernels::cuda::attention_backward_flash(kFlashKernels<F32Arithmetic>, D, d, g, x, o,
+                                               static_cast<const float*>(l), b, t, c, nh))
+    throw std::runtime_error("the flash backward does not take this shape on this GPU");
 }
 
 // Median milliseconds of one call of f.

@@ -449,32 +449,22 @@ bool flash_takes(bool f32_arithmetic, int64_t C, int64_t NH) {
 // The flash kernels as the tables run them under flash: f32 the f32-arithmetic ones (CUDA cores),
 // bf16 and f16 the tensor-core ones; `F32Arithmetic`: the f32-arithmetic ones for every dtype
 // (the tables' under tiles).
+template <bool F32Arithmetic>
+constexpr cuda::FlashKernels kFlashKernels =
+    F32Arithmetic ? cuda::FlashKernels::kF32Arithmetic : cuda::FlashKernels::kTensorCores;
 template <DType D = kBF16, bool F32Arithmetic = D == kF32>
 void flash_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
-  bool taken;
-  if constexpr (F32Arithmetic) {
-    taken = cuda::attention_forward_flash_f32(D, out, static_cast<float*>(lse), qkv, B, Tn, C, NH);
-    EXPECT_EQ(taken, flash_takes(true, C, NH)) << "the f32-arithmetic flash forward's shapes";
-  } else {
-    taken = cuda::attention_forward_flash(D, static_cast<uint16_t*>(out), static_cast<float*>(lse),
-                                          static_cast<const uint16_t*>(qkv), B, Tn, C, NH);
-    EXPECT_EQ(taken, flash_takes(false, C, NH)) << "the flash forward's shapes";
-  }
+  const bool taken = cuda::attention_forward_flash(kFlashKernels<F32Arithmetic>, D, out, static_cast<float*>(lse),
+                                                   qkv, B, Tn, C, NH);
+  EXPECT_EQ(taken, flash_takes(F32Arithmetic, C, NH)) << "the flash forward's shapes";
   if (!taken) by_gemm_forward<D>(out, lse, qkv, B, Tn, C, NH);
 }
 template <DType D = kBF16, bool F32Arithmetic = D == kF32>
 void flash_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse, int64_t B,
                     int64_t Tn, int64_t C, int64_t NH) {
-  bool taken;
-  if constexpr (F32Arithmetic) {
-    taken = cuda::attention_backward_flash_f32(D, dqkv, dout, qkv, out, static_cast<const float*>(lse), B, Tn, C, NH);
-    EXPECT_EQ(taken, flash_takes(true, C, NH)) << "the f32-arithmetic flash backward's shapes";
-  } else {
-    taken = cuda::attention_backward_flash(
-        D, static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout), static_cast<const uint16_t*>(qkv),
-        static_cast<const uint16_t*>(out), static_cast<const float*>(lse), B, Tn, C, NH);
-    EXPECT_EQ(taken, flash_takes(false, C, NH)) << "the flash backward's shapes";
-  }
+  const bool taken = cuda::attention_backward_flash(kFlashKernels<F32Arithmetic>, D, dqkv, dout, qkv, out,
+                                                    static_cast<const float*>(lse), B, Tn, C, NH);
+  EXPECT_EQ(taken, flash_takes(F32Arithmetic, C, NH)) << "the flash backward's shapes";
   if (!taken) by_gemm_backward<D>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
 }
 // flash_forward / flash_backward for a dtype the flash kernels take (f32, bf16, f16): the
@@ -664,6 +654,26 @@ TEST(CudaLayerKernels, FlashSharedMemoryAndDtypes) {
               cuda::attention_backward_flash_f32(DType::U8, nullptr, nullptr, nullptr, nullptr, lse, 2, 10, 128, 2);
             }),
             "attention_backward (cuda, flash f32): dtype u8 (the f32-arithmetic flash kernels take f32, bf16 and f16)");
+  // The tables' entry (FlashKernels) sends f32 to the f32-arithmetic kernels whichever it is
+  // asked for (here they refuse head size 80, where the tensor-core ones would throw for f32),
+  // and the 16-bit dtypes to the kernels asked for.
+  using cuda::FlashKernels;
+  std::string why;
+  EXPECT_FALSE(cuda::attention_forward_flash(FlashKernels::kTensorCores, kF32, nullptr, nullptr, nullptr, 2, 10,
+                                             2 * 80, 2, &why));
+  EXPECT_EQ(why, "head size 80 (they take 32, 64 and 128)");
+  EXPECT_FALSE(cuda::attention_backward_flash(FlashKernels::kTensorCores, kF32, nullptr, nullptr, nullptr, nullptr,
+                                              lse, 2, 10, 2 * 80, 2));
+  EXPECT_EQ(error_of<InputError>([&] {
+              cuda::attention_forward_flash(FlashKernels::kTensorCores, DType::I32, nullptr, nullptr, nullptr, 2, 10,
+                                            128, 2);
+            }),
+            "attention_forward (cuda, flash): dtype i32 (the flash kernels take bf16 and f16)");
+  EXPECT_EQ(error_of<InputError>([&] {
+              cuda::attention_backward_flash(FlashKernels::kF32Arithmetic, DType::I32, nullptr, nullptr, nullptr,
+                                             nullptr, lse, 2, 10, 128, 2);
+            }),
+            "attention_backward (cuda, flash f32): dtype i32 (the f32-arithmetic flash kernels take f32, bf16 and f16)");
 }
 
 // Why the flash kernels do not take an attention, in words (what PARATRAIN_CUDA_ATTENTION=flash

@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <string>
 #include <utility>
-#include <type_traits>
 
 #include "kernels/cuda/flash_launch.h"
 #include "kernels/cuda/flash_rowdot.cuh"
@@ -37,6 +36,7 @@ template <typename E>
 struct Operand;
 template <>
 struct Operand<__nv_bfloat16> {
+  static constexpr DType kType = DType::BF16;
   static constexpr int kMinArch = 800;  // bf16 WMMA: Ampere
   __device__ static float load(uint16_t v) { return detail::Elem<DType::BF16>::load(v); }
   __device__ static uint16_t store(float f) { return detail::Elem<DType::BF16>::store(f); }
@@ -44,6 +44,7 @@ struct Operand<__nv_bfloat16> {
 };
 template <>
 struct Operand<__half> {
+  static constexpr DType kType = DType::F16;
   static constexpr int kMinArch = 700;  // f16 WMMA: Volta
   __device__ static float load(uint16_t v) { return __half2float(__ushort_as_half(v)); }
   __device__ static uint16_t store(float f) { return __half_as_ushort(__float2half_rn(f)); }
@@ -78,13 +79,11 @@ constexpr int64_t shared_bytes() {
 // then the GPU, then the buffers they read in 16-byte vectors (dout may be null: the forward).
 template <typename E>
 std::string refusal(int64_t B, int64_t T, int64_t C, int64_t NH, const void* qkv, const void* dout) {
-  using paratrain::detail::concat;
   const int64_t bytes = flash_attention_shared_bytes(C / NH);
   if (std::string no = detail::flash_shape_refusal(B, T, C, NH, bytes, flash::kRows); !no.empty()) return no;
   const detail::FlashDevice& device = detail::per_device<detail::FlashDevice>();
-  constexpr int kMinArch = flash::Operand<E>::kMinArch;
-  if (std::string no = detail::flash_arch_refusal(device, kMinArch, kMinArch == 800 ? "bf16" : "f16"); !no.empty())
-    return no;
+  using Op = flash::Operand<E>;
+  if (std::string no = detail::flash_arch_refusal(device, Op::kMinArch, dtype_name(Op::kType)); !no.empty()) return no;
   return detail::flash_device_refusal(C, NH, bytes, device, qkv, dout);
 }
 
@@ -93,8 +92,7 @@ void launch_backward(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, 
                      int64_t B, int64_t T, int64_t C, int64_t NH) {
   detail::per_device<FlashSetup<HS, E>>();
   cudaStream_t s = detail::stream();
-  using Rules = detail::Elem<std::is_same_v<E, __half> ? DType::F16 : DType::BF16>;  // E's bits, widened
-  const Tensor D = detail::flash_rowdot<HS, Rules>(dout, out, B, T, C, NH);
+  const Tensor D = detail::flash_rowdot<HS, detail::Elem<flash::Operand<E>::kType>>(dout, out, B, T, C, NH);
   const auto* d = static_cast<const float*>(D.data_ptr());
   const dim3 grid(detail::ceil_div(T, flash::kRows), static_cast<unsigned>(B * NH));
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -167,6 +165,23 @@ bool attention_backward_flash(DType dtype, uint16_t* dqkv, const uint16_t* dout,
                                  [&](auto hs) { launch_backward<hs(), E>(dqkv, dout, qkv, out, lse, B, T, C, NH); });
     return true;
   });
+}
+
+bool attention_forward_flash(FlashKernels kernels, DType dtype, void* out, float* lse, const void* qkv, int64_t B,
+                             int64_t T, int64_t C, int64_t NH, std::string* why) {
+  if (kernels == FlashKernels::kF32Arithmetic || dtype == DType::F32)
+    return attention_forward_flash_f32(dtype, out, lse, qkv, B, T, C, NH, why);
+  return attention_forward_flash(dtype, static_cast<uint16_t*>(out), lse, static_cast<const uint16_t*>(qkv), B, T, C,
+                                 NH, why);
+}
+
+bool attention_backward_flash(FlashKernels kernels, DType dtype, void* dqkv, const void* dout, const void* qkv,
+                              const void* out, const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  if (kernels == FlashKernels::kF32Arithmetic || dtype == DType::F32)
+    return attention_backward_flash_f32(dtype, dqkv, dout, qkv, out, lse, B, T, C, NH);
+  return attention_backward_flash(dtype, static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout),
+                                  static_cast<const uint16_t*>(qkv), static_cast<const uint16_t*>(out), lse, B, T, C,
+                                  NH);
 }
 
 }  // namespace paratrain::kernels::cuda

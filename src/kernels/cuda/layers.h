@@ -102,6 +102,16 @@ bool attention_forward_flash_f32(DType dtype, void* out, float* lse, const void*
                                  int64_t C, int64_t NH, std::string* why = nullptr);
 bool attention_backward_flash_f32(DType dtype, void* dqkv, const void* dout, const void* qkv, const void* out,
                                   const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH);
+// Which flash kernels run an attention: the tensor-core ones (bf16 and f16; f32 has only the
+// f32-arithmetic ones, which then run) or the f32-arithmetic ones for every dtype.
+enum class FlashKernels { kTensorCores, kF32Arithmetic };
+// attention_{forward,backward}_flash or attention_{forward,backward}_flash_f32, as `kernels` and
+// the dtype choose, over untyped buffers: what the attention tables run under
+// PARATRAIN_CUDA_ATTENTION=flash (kTensorCores) and =tiles (kF32Arithmetic).
+bool attention_forward_flash(FlashKernels kernels, DType dtype, void* out, float* lse, const void* qkv, int64_t B,
+                             int64_t T, int64_t C, int64_t NH, std::string* why = nullptr);
+bool attention_backward_flash(FlashKernels kernels, DType dtype, void* dqkv, const void* dout, const void* qkv,
+                              const void* out, const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH);
 // The pieces of the attention by batched GEMMs (attention_parts.cu; contract:
 // kernels/cpu/attention_parts.h).
 void attention_split_heads(float* heads, const float* x, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t P);

@@ -40,10 +40,9 @@ void gemm_attention_backward(void* dqkv, const void* dout, const void* qkv, cons
   attention_by_gemm_backward<Device::CUDA, T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH, 0, Half);
 }
 
-// Which flash kernels a form runs: `flash` the tensor-core ones for bf16 and f16 (P and dS
-// rounded to the 16-bit type) and the f32-arithmetic ones for f32; `tiles` the f32-arithmetic
-// ones for every dtype (the CPU's contract).
-enum class FlashKernels { kTensorCores, kF32Arithmetic };
+// The form whose flash kernels these are: `flash` the tensor-core ones for bf16 and f16 (P and
+// dS rounded to the 16-bit type; f32 the f32-arithmetic ones), `tiles` the f32-arithmetic ones
+// for every dtype (the CPU's contract).
 constexpr const char* form_name(FlashKernels k) { return k == FlashKernels::kTensorCores ? "flash" : "tiles"; }
 
 // PARATRAIN_CUDA_ATTENTION asked for flash kernels that do not take an attention: said once per
@@ -58,29 +57,6 @@ void warn_once_not_flash(FlashKernels k, DType dtype, const std::string& why, co
   }
   PT_LOG_WARN(kGeneral, "PARATRAIN_CUDA_ATTENTION=", form_name(k), ": the flash kernels do not take this ",
               dtype_name(dtype), " attention (", why, "); it runs as ", instead);
-}
-
-template <DType T, FlashKernels K>
-constexpr bool kF32Arithmetic = K == FlashKernels::kF32Arithmetic || T == DType::F32;
-
-template <DType T, FlashKernels K>
-bool run_flash_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH,
-                       std::string* why) {
-  if constexpr (kF32Arithmetic<T, K>)
-    return attention_forward_flash_f32(T, out, static_cast<float*>(lse), qkv, B, Tn, C, NH, why);
-  else
-    return attention_forward_flash(T, static_cast<uint16_t*>(out), static_cast<float*>(lse),
-                                   static_cast<const uint16_t*>(qkv), B, Tn, C, NH, why);
-}
-template <DType T, FlashKernels K>
-bool run_flash_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse, int64_t B,
-                        int64_t Tn, int64_t C, int64_t NH) {
-  if constexpr (kF32Arithmetic<T, K>)
-    return attention_backward_flash_f32(T, dqkv, dout, qkv, out, static_cast<const float*>(lse), B, Tn, C, NH);
-  else
-    return attention_backward_flash(T, static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout),
-                                    static_cast<const uint16_t*>(qkv), static_cast<const uint16_t*>(out),
-                                    static_cast<const float*>(lse), B, Tn, C, NH);
 }
 
 // What runs where the flash kernels do not take an attention (head size, alignment, the GPU:
@@ -113,14 +89,14 @@ void attention_backward_instead(void* dqkv, const void* dout, const void* qkv, c
 template <DType T, FlashKernels K>
 void flash_attention_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
   std::string why;
-  if (run_flash_forward<T, K>(out, lse, qkv, B, Tn, C, NH, &why)) return;
+  if (attention_forward_flash(K, T, out, static_cast<float*>(lse), qkv, B, Tn, C, NH, &why)) return;
   warn_once_not_flash(K, T, why, kInsteadTiles<T, K> ? "the 16 x 16 tiles kernels" : "gemm");
   attention_forward_instead<T, K>(out, lse, qkv, B, Tn, C, NH);
 }
 template <DType T, FlashKernels K>
 void flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
                               int64_t B, int64_t Tn, int64_t C, int64_t NH) {
-  if (!run_flash_backward<T, K>(dqkv, dout, qkv, out, lse, B, Tn, C, NH))
+  if (!attention_backward_flash(K, T, dqkv, dout, qkv, out, static_cast<const float*>(lse), B, Tn, C, NH))
     attention_backward_instead<T, K>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
 }
 
