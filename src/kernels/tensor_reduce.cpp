@@ -77,4 +77,26 @@ bool all_finite(const std::vector<Tensor>& ts) {
   return finite;
 }
 
+std::vector<double> values_of(const std::vector<Tensor>& scalars) {
+  for (size_t i = 0; i < scalars.size(); ++i) {
+    const Tensor& t = scalars[i];
+    if (!t.defined() || t.numel() != 1)
+      PT_THROW(InputError, "values_of: tensor ", i, " is ", t.defined() ? "not a one-element tensor" : "undefined");
+    if (t.dtype() != DType::F32 && t.dtype() != DType::BF16 && t.dtype() != DType::F16)
+      PT_THROW(InputError, "values_of: tensor ", i, " is ", dtype_name(t.dtype()), " (values_of takes f32, bf16, f16)");
+  }
+  const DeviceGroups dg = group_by_device(scalars, "values_of");
+  std::vector<double> out(scalars.size(), 0.0);
+  for (size_t g = 0; g < dg.devices.size(); ++g) {
+    const std::vector<size_t>& members = dg.groups[g];
+    // f32 slots hold every f32, bf16 and f16 value exactly.
+    Tensor slots = Tensor::empty({static_cast<int64_t>(members.size())}, DType::F32, dg.devices[g]);
+    for (size_t j = 0; j < members.size(); ++j)
+      slots.narrow(0, static_cast<int64_t>(j), 1).copy_(scalars[members[j]].reshape({1}));
+    const Tensor host = on_host(slots);
+    for (size_t j = 0; j < members.size(); ++j) out[members[j]] = host.data<float>()[j];
+  }
+  return out;
+}
+
 }  // namespace paratrain::kernels

@@ -17,6 +17,12 @@
 
 namespace paratrain::cuda {
 
+namespace {
+std::atomic<uint64_t> g_host_waits{0};
+}  // namespace
+uint64_t host_waits() { return g_host_waits.load(std::memory_order_relaxed); }
+void note_host_wait() { g_host_waits.fetch_add(1, std::memory_order_relaxed); }
+
 #if PARATRAIN_HAVE_CUDA
 
 namespace detail {
@@ -127,10 +133,14 @@ Stream compute_stream(int d) { return streams_of(resolve(d)).compute; }
 Stream comm_stream(int d) { return streams_of(resolve(d)).comm; }
 
 void synchronize() {
+  note_host_wait();
   PT_CUDA_CHECK(cudaDeviceSynchronize());
   raise_device_errors();  // what the current GPU's kernels found without a wait
 }
-void synchronize(Stream s) { PT_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(s))); }
+void synchronize(Stream s) {
+  note_host_wait();
+  PT_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(s)));
+}
 
 void stream_wait(Stream waiter, Stream waited) {
   if (waiter == waited) return;
@@ -157,6 +167,7 @@ void copy_and_wait(void* dst, const void* src, size_t bytes, const void* gpu, cu
   DeviceGuard g(d);
   auto s = static_cast<cudaStream_t>(compute_stream(d));
   PT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
+  note_host_wait();
   PT_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 }  // namespace

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "paratrain/autograd/engine.h"
+#include "paratrain/kernels/tensor_reduce.h"
 #include "device_placement.h"
 #include "task_checks.h"
 #include "paratrain/tensor/allocator.h"
@@ -65,9 +66,9 @@ StepOutcome DataParallelStep::run(int64_t step, const Tensor& seed) {
     autograd::backward(loss, seed);
     last_micro_s_ = forward_s + seconds_since(t_backward);
   }
-  // The host's one wait for the step's work on a GPU (the first item()); summed in
-  // micro-batch order, as they were made.
-  for (const Tensor& l : losses) out.loss_sum += l.item();
+  // The host's one wait for the step's work on a GPU (one copy of every micro-batch's loss);
+  // summed in micro-batch order, as they were made.
+  for (double l : kernels::values_of(losses)) out.loss_sum += l;
   out.compute_s = seconds_since(t0);
   // On a GPU the host only enqueues: the micro-step's compute is what the step waited for,
   // less the simulated idling, per micro-batch.

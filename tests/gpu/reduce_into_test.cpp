@@ -1,7 +1,7 @@
 // The CUDA reductions into device memory (src/kernels/cuda/reduce_into.h) through the dispatch
 // tables against the CPU kernels of the same (table, dtype), and the ops and helpers built on
-// them (sum/mean, cross_entropy, kernels::sum_of_squares / all_finite) on CUDA tensors
-// against the same calls on CPU tensors.
+// them (sum/mean, cross_entropy, kernels::sum_of_squares / all_finite / values_of) on CUDA
+// tensors against the same calls on CPU tensors, and how often those helpers wait for the GPU.
 //
 // Tolerances: the double sums (sum_squares_into, sum_scaled, crossentropy_mean) add in
 // another order: rel 1e-12 on the double, and for the f32 results one f32 rounding of values
@@ -25,6 +25,7 @@
 #include "paratrain/kernels/cpu/softmax.h"
 #include "paratrain/kernels/registry.h"
 #include "paratrain/kernels/tensor_reduce.h"
+#include "paratrain/tensor/cuda.h"
 #include "paratrain/tensor/cuda_check.h"
 #include "paratrain/tensor/dtype.h"
 
@@ -207,6 +208,29 @@ TEST(CudaReduceInto, SumOfSquaresAndAllFiniteHelpersMatchCpu) {
   Tensor bad = Tensor::from_vector({1.0f, INFINITY, 2.0f}, {3});
   gpu.push_back(bad.to(kCuda0));
   EXPECT_FALSE(all_finite(gpu));
+}
+
+// values_of: the items of scalars on the GPU (f32, bf16, f16) and on the host, with one wait
+// for the GPU in all; the reductions wait once each, whatever the list's length.
+TEST(CudaReduceInto, ValuesOfAndTheListReductionsWaitOnceForTheGpu) {
+  PT_REQUIRE_GPU();
+  std::vector<Tensor> cpu_scalars, scalars;
+  for (int i = 0; i < 9; ++i) {
+    const DType t = kFloatTypes[i % 3];
+    cpu_scalars.push_back(Tensor::full({}, 0.1 * (i + 1), t));
+    scalars.push_back(i == 4 ? cpu_scalars.back() : cpu_scalars.back().to(kCuda0));
+  }
+  const uint64_t before = ::paratrain::cuda::host_waits();
+  const std::vector<double> got = values_of(scalars);
+  EXPECT_EQ(::paratrain::cuda::host_waits() - before, 1u);
+  ASSERT_EQ(got.size(), scalars.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], cpu_scalars[i].item()) << i;
+  std::vector<Tensor> many;
+  for (int i = 0; i < 40; ++i) many.push_back(random_tensor({257}, 70 + static_cast<uint32_t>(i)).to(kCuda0));
+  const uint64_t before_reductions = ::paratrain::cuda::host_waits();
+  (void)sum_of_squares(many);
+  EXPECT_TRUE(all_finite(many));
+  EXPECT_EQ(::paratrain::cuda::host_waits() - before_reductions, 2u);
 }
 
 TEST(CudaReduceInto, SumMeanAndCrossEntropyOpsStayOnTheGpu) {

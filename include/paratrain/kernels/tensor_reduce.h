@@ -1,5 +1,5 @@
 // Reductions over a list of tensors that a training step reads once (the gradient norm, the
-// loss scaler's inf check), without a host/device sync per tensor: one reduce_into.h kernel
+// loss scaler's inf check, the micro-batch losses), without a host/device sync per tensor: one reduce_into.h kernel
 // per tensor writes its term into device memory (a slot per tensor, one flag per device), then
 // ONE copy per device brings them to the host.
 //
@@ -20,5 +20,9 @@ namespace paratrain::kernels {
 double sum_of_squares(const std::vector<Tensor>& ts);
 // True when no element of any tensor is inf or NaN.
 bool all_finite(const std::vector<Tensor>& ts);
+// The values of one-element f32, bf16 or f16 tensors (item() of each, in list order), read with
+// one copy per device: a training step's micro-batch losses, read once after the step, not
+// once per micro-batch. InputError for an undefined tensor, one of another size or dtype.
+std::vector<double> values_of(const std::vector<Tensor>& scalars);
 
 }  // namespace paratrain::kernels

@@ -71,6 +71,15 @@ void synchronize(Stream s);
 // Makes later work on `waiter` wait for what is queued on `waited` now (an event, no host wait).
 void stream_wait(Stream waiter, Stream waited);
 
+// How many times this process's host has waited for a GPU since it started: every copy to the
+// host, synchronize(), read-back of a reduction or flag, blocking wait for a collective or for
+// memory the allocator must reclaim (any thread, any GPU; 0 in a build without CUDA). Training
+// puts the count of each step in its metrics ("host_waits"), which shows that the step waits
+// a fixed number of times, not once per micro-batch or per tensor. Never throws.
+uint64_t host_waits();
+// Counts one such wait; for paratrain code that waits for a GPU outside the functions above.
+void note_host_wait();
+
 // Copies `bytes` between host memory and memory of a GPU (cuda_allocator.h's device_of() >= 0)
 // on that GPU's compute stream, after the work queued there, and return once the copy has
 // run: the host bytes are there, or the host buffer may be reused and the GPU's later work

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "paratrain/tensor/cuda.h"
 #include "paratrain/tensor/cuda_check.h"
 #include "paratrain/tensor/cuda_device_guard.h"
 
@@ -148,7 +149,9 @@ class DeviceAllocator final : public Allocator {
     if (has_pending()) reclaim(false);
   }
   void reclaim_all() {
-    if (has_pending()) reclaim(true);
+    if (!has_pending()) return;
+    cuda::note_host_wait();
+    reclaim(true);
   }
   bool has_pending() {
     std::lock_guard<std::mutex> l(mu_);

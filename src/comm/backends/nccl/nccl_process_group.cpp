@@ -381,6 +381,8 @@ void NcclProcessGroup::enqueue_locked(const std::vector<std::shared_ptr<NcclWork
 }
 
 void NcclProcessGroup::help_wait(NcclWork* w) {
+  if (w->is_completed()) return;
+  cuda::note_host_wait();  // Work::wait(): the host blocks until the call has run
   if (!w->enqueued() && !w->is_completed()) flush();
   // Poll the completion event on the waiting thread for up to 1 ms (a short call then needs
   // no hand-off from the watchdog); then Work::wait() blocks, bounded by its own timeout,
@@ -521,8 +523,10 @@ WorkPtr NcclProcessGroup::staged(const void* in, size_t in_bytes, void* out, siz
   }
   WorkPtr w = call(din, dout);
   w->wait();  // the group's deadline; throws the call's failure
-  if (dout != out)  // the legacy stream does not wait for the (non-blocking) comm stream: done already
+  if (dout != out) {  // the legacy stream does not wait for the (non-blocking) comm stream: done already
+    cuda::note_host_wait();
     PT_CUDA_CHECK(cudaMemcpy(out, dout, out_bytes, cudaMemcpyDeviceToHost));
+  }
   return w;
 }
 
