@@ -11,7 +11,8 @@
 #      default, then PARATRAIN_CUDA_ATTENTION=flash and =tiles) beside PyTorch
 #      (torch_gpu_train.py: SDPA, autocast, fused AdamW) on the same GPU: tokens/s, MFU and
 #      peak memory; then a summary table with paratrain's tokens/s over PyTorch's and DDP's
-#      scaling (N GPUs over N times one), per attention form, and the fastest form;
+#      scaling (N GPUs over N times one), and the host's waits for the GPU per step (the
+#      metrics' host_waits), per attention form, and the fastest form;
 #   5. where gpt2-124m's step goes on one GPU: a few steps under PARATRAIN_PROFILE=1 (each op's
 #      GPU time, forward and backward, and the optimizer's), per attention form.
 # Exits 1 when a test fails or a step that should work does not; prints what it skipped.
@@ -123,7 +124,8 @@ steady = rows[len(rows) // 4:]
 print(json.dumps({"impl": sys.argv[4], "model": sys.argv[2], "gpus": int(sys.argv[3]),
                   "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in steady), 1),
                   "mfu": round(statistics.median(r.get("mfu", 0) for r in steady), 4),
-                  "peak_mem_bytes": max(max(r.get("mem_peak_bytes", [0])) for r in rows), "loss": rows[-1]["loss"]}))
+                  "peak_mem_bytes": max(max(r.get("mem_peak_bytes", [0])) for r in rows), "loss": rows[-1]["loss"],
+                  "host_waits": max(r.get("host_waits", -1) for r in steady)}))
 PY
   else
     echo "paratrain train did not finish ($log):"
@@ -173,7 +175,7 @@ for line in open(sys.argv[1]):
     if isinstance(r, dict) and "tokens_per_s" in r and "model" in r:
         runs[(r["impl"], r["model"], r["gpus"])] = r
 print(f"{'model':10} {'gpus':>4} {'paratrain':16} {'tok/s':>10} {'pytorch tok/s':>14} {'ratio':>6} {'mfu':>6} "
-      f"{'peak GiB':>8} {'DDP scaling':>11}")
+      f"{'peak GiB':>8} {'DDP scaling':>11} {'waits/step':>10}")
 for (impl, model, gpus), r in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
     if not impl.startswith("paratrain"):
         continue
@@ -182,7 +184,7 @@ for (impl, model, gpus), r in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[
     ratio = f"{r['tokens_per_s'] / t['tokens_per_s']:.2f}" if t and t["tokens_per_s"] else "-"
     scaling = f"{r['tokens_per_s'] / (gpus * one['tokens_per_s']):.2f}" if gpus > 1 and one else "-"
     print(f"{model:10} {gpus:>4} {impl:16} {r['tokens_per_s']:>10.0f} {t['tokens_per_s'] if t else float('nan'):>14.0f} "
-          f"{ratio:>6} {r['mfu']:>6.3f} {r['peak_mem_bytes'] / 2**30:>8.2f} {scaling:>11}")
+          f"{ratio:>6} {r['mfu']:>6.3f} {r['peak_mem_bytes'] / 2**30:>8.2f} {scaling:>11} {r.get('host_waits', -1):>10}")
 # Which attention form to make the default: the fastest on gpt2-124m, one GPU (once its tests pass).
 forms = {impl: r["tokens_per_s"] for (impl, model, gpus), r in runs.items()
          if impl.startswith("paratrain") and model == "gpt2-124m" and gpus == 1}

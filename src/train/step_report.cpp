@@ -10,33 +10,36 @@ namespace paratrain::train {
 using namespace parallel;
 
 void gather_step_report(StepReport& r, comm::ProcessGroup* pg, const MeshShape& shape, double weight,
-                        int64_t peak_bytes) {
+                        const AllocatorStats& memory) {
   const StepOutcome& o = r.outcome;
   r.step_ms_per_rank = {r.step_s * 1e3};
   r.compute_ms_per_rank = {o.compute_s * 1e3};
   r.busy_ms_per_rank = {o.busy_ms};
   r.data_wait_ms_per_rank = {r.data_wait_s * 1e3};
-  r.peak_per_rank = {peak_bytes};
+  r.peak_per_rank = {memory.peak_bytes_in_use};
+  r.allocated_per_rank = {memory.bytes_in_use};
+  r.reserved_per_rank = {memory.bytes_reserved};
   r.activation_per_rank = {o.activation_bytes};
   if (!pg) return;
   const int world = shape.world();
   // Per rank: weighted loss (0 where no loss was computed: pipeline ranks without the last
   // stage), step ms, compute ms, data-wait ms, pipeline busy ms, pipeline wall ms; then the
-  // allocator peak and the activation bytes.
-  constexpr int kF = 6;
+  // allocator's peak, in-use and reserved bytes and the activation bytes.
+  constexpr int kF = 6, kB = 4;
   const float mine[kF] = {o.computes_loss ? static_cast<float>(r.loss * weight) : 0.0f, static_cast<float>(r.step_s * 1e3),
                           static_cast<float>(o.compute_s * 1e3),  static_cast<float>(r.data_wait_s * 1e3),
                           static_cast<float>(o.busy_ms),           static_cast<float>(o.wall_ms)};
-  const int64_t mine_bytes[2] = {peak_bytes, o.activation_bytes};
+  const int64_t mine_bytes[kB] = {memory.peak_bytes_in_use, memory.bytes_in_use, memory.bytes_reserved,
+                                  o.activation_bytes};
   std::vector<float> f(kF * static_cast<size_t>(world));
-  std::vector<int64_t> b(2 * static_cast<size_t>(world));
+  std::vector<int64_t> b(kB * static_cast<size_t>(world));
   auto w1 = pg->allgather(mine, f.data(), kF, DType::F32);
-  auto w2 = pg->allgather(mine_bytes, b.data(), 2, DType::I64);
+  auto w2 = pg->allgather(mine_bytes, b.data(), kB, DType::I64);
   w1->wait();
   w2->wait();
   double sum = 0, busy = 0, wall = 0;
   r.step_ms_per_rank.clear(), r.compute_ms_per_rank.clear(), r.busy_ms_per_rank.clear(), r.data_wait_ms_per_rank.clear();
-  r.peak_per_rank.clear(), r.activation_per_rank.clear();
+  r.peak_per_rank.clear(), r.allocated_per_rank.clear(), r.reserved_per_rank.clear(), r.activation_per_rank.clear();
   for (int k = 0; k < world; ++k) {
     sum += f[kF * k];
     r.step_ms_per_rank.push_back(f[kF * k + 1]);
@@ -45,8 +48,10 @@ void gather_step_report(StepReport& r, comm::ProcessGroup* pg, const MeshShape& 
     r.busy_ms_per_rank.push_back(f[kF * k + 4]);
     busy += f[kF * k + 4];
     wall += f[kF * k + 5];
-    r.peak_per_rank.push_back(b[2 * k]);
-    r.activation_per_rank.push_back(b[2 * k + 1]);
+    r.peak_per_rank.push_back(b[kB * k]);
+    r.allocated_per_rank.push_back(b[kB * k + 1]);
+    r.reserved_per_rank.push_back(b[kB * k + 2]);
+    r.activation_per_rank.push_back(b[kB * k + 3]);
   }
   r.loss = sum / (world / shape.pp);
   if (shape.pp > 1) r.bubble_fraction = wall > 0 ? 1.0 - busy / wall : 0.0;
@@ -92,9 +97,12 @@ nlohmann::json metrics_line(const StepReport& r, const TrainConfig& cfg, Paralle
                       {"loss_scale", r.loss_scale},
                       {"skipped", r.skipped},
                       {"mem_peak_bytes", r.peak_per_rank},
+                      {"mem_allocated_bytes", r.allocated_per_rank},
+                      {"mem_reserved_bytes", r.reserved_per_rank},
                       {"step_ms_per_rank", r.step_ms_per_rank},
                       {"compute_ms_per_rank", r.compute_ms_per_rank},
                       {"data_wait_ms", r.data_wait_s * 1e3}};
+  if (r.host_waits >= 0) m["host_waits"] = r.host_waits;
   if (mesh.world()) {
     m["world_size"] = world;
     m["data_wait_ms_per_rank"] = r.data_wait_ms_per_rank;

@@ -12,6 +12,7 @@
 
 #include "paratrain/amp/mixed_precision.h"
 #include "paratrain/parallel/tensor_parallel/comm_ops.h"
+#include "paratrain/tensor/allocator.h"
 #include "parallel_model.h"
 #include "step_schedule.h"
 
@@ -23,11 +24,15 @@ struct StepReport {
   double data_wait_s = 0;
   bool skipped = false;
   long page_faults = 0;
+  int64_t host_waits = -1;  // this rank's waits for its GPU during the step (cuda::host_waits); -1 on a CPU
   StepOutcome outcome;
   parallel::TpCommStats tp;
   // Per rank (this rank's alone without a group).
   std::vector<double> step_ms_per_rank, compute_ms_per_rank, busy_ms_per_rank, data_wait_ms_per_rank;
-  std::vector<int64_t> peak_per_rank, activation_per_rank;
+  // The allocator's figures per rank (the GPU's on a GPU): peak since the run's start, in use
+  // and reserved at the step's end (torch.cuda's max_memory_allocated, memory_allocated and
+  // memory_reserved), and what the forwards left for their backward.
+  std::vector<int64_t> peak_per_rank, allocated_per_rank, reserved_per_rank, activation_per_rank;
   double bubble_fraction = -1;  // pipeline: 1 - compute / schedule time over every rank
   nlohmann::json traffic;       // StepTraffic::end() of this rank
 };
@@ -45,7 +50,7 @@ SlowestRank slowest_rank(const StepReport& r);
 // weighted by `weight`, its share of the global batch) and makes `r.loss` the global batch's
 // mean (over the ranks holding the last pipeline stage). Collective over `world` (may be null).
 void gather_step_report(StepReport& r, comm::ProcessGroup* world, const parallel::MeshShape& shape, double weight,
-                        int64_t peak_bytes);
+                        const AllocatorStats& memory);
 
 // What stays constant over a run and goes into every metrics line.
 struct RunFigures {

@@ -40,6 +40,7 @@
 #include "paratrain/kernels/cpu.h"
 #include "paratrain/monitor/metrics.h"
 #include "paratrain/monitor/progress.h"
+#include "paratrain/tensor/cuda.h"
 #include "paratrain/monitor/trace_file.h"
 #include "paratrain/nn/gpt.h"
 #include "paratrain/parallel/grad_compression.h"
@@ -346,6 +347,7 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
     trace::Span step_span(trace::enabled() ? "step " + std::to_string(step + 1) : std::string(), "step", true);
     step_span.num("step", static_cast<double>(step + 1));
     const long faults_before = monitor::minor_page_faults();
+    const uint64_t host_waits_before = cuda::host_waits();
     const double step_lr = sched.at(step);
     if (plan.size() > 1) plan.group()->take_stats();  // this step's tensor-parallel traffic from here
     opt.set_lr(step_lr);
@@ -396,8 +398,9 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
     report.traffic = step_traffic;
     report.step_s = seconds_since(t0);
     report.loss = outcome.loss_sum / static_cast<double>(cfg.grad_accum);
-    gather_step_report(report, pg.get(), shape, weight, alloc.stats().peak_bytes_in_use);
+    gather_step_report(report, pg.get(), shape, weight, alloc.stats());
     report.page_faults = monitor::minor_page_faults() - faults_before;
+    if (device.kind == Device::CUDA) report.host_waits = static_cast<int64_t>(cuda::host_waits() - host_waits_before);
     const double step_s = report.step_s, loss = report.loss;
     // The first two steps pay for first-touch of memory on every rank: not measured.
     if (pg && step > start_step + 1 && balancer.observe(step, report.compute_ms_per_rank)) {

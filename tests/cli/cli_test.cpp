@@ -177,6 +177,17 @@ TEST_F(Cli, TrainSaveResumeFromInitAndMetrics) {
       auto j = nlohmann::json::parse(line);
       if (j.contains("eval")) continue;
       faults.push_back(j.at("page_faults").get<long>());
+      // torch.cuda's memory_allocated and memory_reserved beside the peak, per rank (here the
+      // CPU's caching allocator): the parameters and AdamW's state stay allocated between
+      // steps; in use <= peak, and <= reserved (in use + cached).
+      ASSERT_EQ(j.at("mem_allocated_bytes").size(), 1u) << line;
+      ASSERT_EQ(j.at("mem_reserved_bytes").size(), 1u) << line;
+      const int64_t allocated = j["mem_allocated_bytes"][0], reserved = j["mem_reserved_bytes"][0],
+                    peak = j["mem_peak_bytes"][0];
+      EXPECT_GE(allocated, j.at("mem_param_bytes")[0].get<int64_t>() + j.at("mem_optimizer_bytes")[0].get<int64_t>())
+          << line;
+      EXPECT_LE(allocated, peak) << line;
+      EXPECT_LE(allocated, reserved) << line;
       EXPECT_GT(j.at("peak_flops").get<double>(), 1e9) << line;
       EXPECT_GT(j.at("mfu").get<double>(), 0.0) << line;
       EXPECT_LE(j.at("mfu").get<double>(), 1.0) << line;

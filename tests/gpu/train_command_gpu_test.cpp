@@ -1,10 +1,11 @@
 // `paratrain train --device cuda`, end to end through the binary: the losses of a GPU run
 // against the same run on the CPU (gpt-nano, and the CNN classifier on a small set in
 // Fashion-MNIST's format written by the test), mixed precision on the GPU, an exact resume
-// there, the metrics' device figures, and DDP (with bf16 and PowerSGD compression, and
-// --balance auto), --deterministic (bit for bit one GPU accumulating), ZeRO 3, tensor and
-// pipeline parallelism with two ranks: over nccl on two GPUs where the machine has them, else
-// sharing one GPU over shm (two_ranks_on_gpus). Skips without a GPU (PT_REQUIRE_GPU).
+// there, the metrics' device figures (how often a step waits for the GPU among them), and DDP
+// (with bf16 and PowerSGD compression, and --balance auto), --deterministic (bit for bit one
+// GPU accumulating), ZeRO 3, tensor and pipeline parallelism with two ranks: over nccl on two
+// GPUs where the machine has them, else sharing one GPU over shm (two_ranks_on_gpus). Skips
+// without a GPU (PT_REQUIRE_GPU).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -130,6 +131,28 @@ TEST_F(TrainCommandOnGpu, F32FollowsTheCpuRunAndReportsTheGpu) {
   EXPECT_LT(mfu, 1.0);
   // The memory figures are the GPU allocator's: parameters, AdamW state and activations.
   EXPECT_GT(gpu[0]["mem_peak_bytes"][0].get<int64_t>(), 3 * 120576 * 4);
+  // The host's waits for the GPU are counted on a GPU only.
+  EXPECT_TRUE(gpu[0].contains("host_waits"));
+  EXPECT_FALSE(cpu[0].contains("host_waits"));
+}
+
+// No sync in the hot path: after the first step, a step waits for its GPU exactly twice (one
+// copy of every micro-batch's loss, one of the gradient norm's per-tensor sums), and fp16 once
+// more (the loss scaler's inf/NaN flag), with 1 micro-batch a step or 4 alike: nothing waits per
+// micro-batch, per layer or per tensor.
+TEST_F(TrainCommandOnGpu, AStepWaitsForTheGpuAFixedFewTimesNotPerMicroBatch) {
+  PT_REQUIRE_GPU();
+  for (const std::string precision : {"fp32", "fp16"})
+    for (int accum : {1, 4}) {
+      SCOPED_TRACE(precision + ", grad-accum " + std::to_string(accum));
+      const std::string args = "train --model gpt-nano --data " + path("tokens.bin") +
+                               " --steps 4 --micro-batch 2 --lr 1e-3 --grad-clip 1.0 --seed 3 --quiet --device cuda" +
+                               " --precision " + precision + " --grad-accum " + std::to_string(accum);
+      const auto m = train(args, precision + std::to_string(accum) + ".jsonl");
+      ASSERT_EQ(m.size(), 4u);
+      for (size_t s = 1; s < m.size(); ++s)
+        EXPECT_EQ(m[s]["host_waits"].get<int64_t>(), precision == "fp16" ? 3 : 2) << "step " << s + 1;
+    }
 }
 
 // bf16, and fp16 with its dynamic loss scaler (the f16 attention and cross-entropy tables),

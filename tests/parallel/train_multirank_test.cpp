@@ -69,10 +69,17 @@ TEST_F(TrainMultiRank, LaunchMpirunAndSlurmGiveTheSameWeights) {
     if (j.contains("eval")) continue;
     ++lines;
     EXPECT_EQ(j["mem_peak_bytes"].size(), 2u) << line;
+    ASSERT_EQ(j["mem_allocated_bytes"].size(), 2u) << line;
+    ASSERT_EQ(j["mem_reserved_bytes"].size(), 2u) << line;
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_GT(j["mem_allocated_bytes"][r].get<int64_t>(), 0) << "rank " << r << ": " << line;
+      EXPECT_LE(j["mem_allocated_bytes"][r].get<int64_t>(), j["mem_reserved_bytes"][r].get<int64_t>()) << line;
+    }
     ASSERT_EQ(j["step_ms_per_rank"].size(), 2u) << line;
     ASSERT_EQ(j["compute_ms_per_rank"].size(), 2u) << line;
     EXPECT_GT(j["tokens_per_s"].get<double>(), 0) << line;
     EXPECT_TRUE(std::isfinite(j["loss"].get<double>())) << line;
+    EXPECT_FALSE(j.contains("host_waits")) << "a CPU run has no GPU to wait for: " << line;
     const double step_ms = j["step_ms"].get<double>(), comm = j["comm_ms"].get<double>(),
                  exposed = j["exposed_comm_ms"].get<double>(), compute = j["compute_ms"].get<double>(),
                  data_wait = j["data_wait_ms"].get<double>();
