@@ -38,6 +38,7 @@ class ParallelModel {
   ParallelModel(const TrainConfig& cfg, Task& task, const parallel::DeviceMesh& mesh, double lr, int64_t micro_batch);
 
   nn::Module& module() { return model_; }
+  const parallel::DeviceMesh& mesh() const { return mesh_; }
   const parallel::TensorParallelPlan& plan() const { return plan_; }
   parallel::DistributedDataParallel* ddp() { return ddp_.get(); }
   parallel::FullyShardedDataParallel* fsdp() { return fsdp_.get(); }

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "paratrain/kernels/cpu.h"
+#include "paratrain/monitor/metrics.h"
 #include "paratrain/parallel/grad_compression.h"
 #include "paratrain/parallel/pipeline/partition.h"
 
@@ -60,6 +61,33 @@ void log_run_header(std::ostream& log, const TrainConfig& cfg, const Task& task,
                        : compress_summary(pm.module(), pm.ddp()->options().compress))
         << "\n";
 
+}
+
+std::string step_progress_text(const StepReport& r, const ProgressFigures& f, const TrainConfig& cfg,
+                               const ParallelModel& pm) {
+  std::ostringstream line;
+  line << "step " << r.step + 1 << "/" << f.steps << " | loss " << std::fixed << std::setprecision(4) << r.loss
+       << " | lr " << std::scientific << std::setprecision(2) << r.lr << std::fixed << " | " << std::setprecision(0)
+       << f.rate << (f.counts_tokens ? " tok/s" : " samples/s") << " | ETA " << monitor::format_duration(f.eta_s);
+  if (f.mfu >= 0) line << " | MFU " << std::setprecision(1) << 100.0 * f.mfu << "%";
+  if (f.loss_scaling) line << " | scale " << std::setprecision(0) << r.loss_scale << (r.skipped ? " (skipped)" : "");
+  const bool tp = pm.plan().size() > 1;
+  if (tp || pm.pipelined()) line << " | " << pm.mesh().shape().str();
+  if (tp) line << ", tp comm " << std::setprecision(1) << r.tp.ms << " ms";
+  if (pm.pipelined()) line << ", " << cfg.pp_schedule << " bubble " << std::setprecision(2) << r.bubble_fraction;
+  if (const SlowestRank slow = slowest_rank(r); slow.rank >= 0 && slow.lag > f.slow_rank_lag)
+    line << " | slowest rank " << slow.rank << " (+" << std::setprecision(0) << 100 * slow.lag << "% compute+data)";
+  return line.str();
+}
+
+void log_balance_change(std::ostream& log, int64_t from_step, const std::vector<int64_t>& sizes,
+                        const StepReport& r) {
+  log << "balance: from step " << from_step + 1 << " micro-batches per rank [";
+  for (size_t k = 0; k < sizes.size(); ++k) log << (k ? ", " : "") << sizes[k];
+  log << "] (measured compute ms per rank last step [";
+  for (size_t k = 0; k < r.compute_ms_per_rank.size(); ++k)
+    log << (k ? ", " : "") << std::lround(r.compute_ms_per_rank[k]);
+  log << "])\n";
 }
 
 }  // namespace paratrain::train

@@ -57,6 +57,22 @@ void gather_step_report(StepReport& r, comm::ProcessGroup* pg, const MeshShape& 
   if (shape.pp > 1) r.bubble_fraction = wall > 0 ? 1.0 - busy / wall : 0.0;
 }
 
+void gather_memory_between_steps(RunFigures& run, ParallelModel& pm, comm::ProcessGroup* pg) {
+  int64_t mine[3];  // optimizer state, gradients, parameters
+  pm.memory_between_steps(mine);
+  std::vector<int64_t> all(mine, mine + 3);
+  if (pg) {
+    all.resize(3 * static_cast<size_t>(pg->size()));
+    pg->allgather(mine, all.data(), 3, DType::I64)->wait();
+  }
+  run.mem_optimizer_per_rank.clear(), run.mem_grad_per_rank.clear(), run.mem_param_per_rank.clear();
+  for (size_t r = 0; r < all.size() / 3; ++r) {
+    run.mem_optimizer_per_rank.push_back(all[3 * r]);
+    run.mem_grad_per_rank.push_back(all[3 * r + 1]);
+    run.mem_param_per_rank.push_back(all[3 * r + 2]);
+  }
+}
+
 SlowestRank slowest_rank(const StepReport& r) {
   const size_t n = r.compute_ms_per_rank.size();
   if (n < 2 || r.data_wait_ms_per_rank.size() != n) return {};

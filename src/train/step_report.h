@@ -62,6 +62,11 @@ struct RunFigures {
   DType compute_dtype = DType::F32;
 };
 
+// Fills `run`'s memory per rank as it stays between steps (optimizer state, gradients,
+// parameters: ParallelModel::memory_between_steps), gathered over `world` (may be null; then
+// this rank's alone). Collective over `world`.
+void gather_memory_between_steps(RunFigures& run, ParallelModel& pm, comm::ProcessGroup* world);
+
 nlohmann::json metrics_line(const StepReport& r, const TrainConfig& cfg, ParallelModel& pm,
                             const parallel::DeviceMesh& mesh, Task& task, const amp::MixedPrecision& mp,
                             const RunFigures& run, const std::vector<int64_t>* micro_batch_per_rank);

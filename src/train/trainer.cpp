@@ -123,6 +123,35 @@ void set_threads(const TrainConfig& cfg, const comm::JobEnv& job) {
   kernels::cpu::set_num_threads(cfg.threads > 0 ? cfg.threads : default_threads(job));
 }
 
+// A verified checkpoint's optimizer, data-order and loss-scaler state applied to this rank
+// (the model's weights were loaded before the model was cut): the checkpoint holds the whole
+// state, whatever layout saved it; this rank takes its tensor-parallel part of it, a pipeline
+// stage the state of its own parameters, and ZeRO its pieces of that. The checkpoint's
+// tensors are released once applied.
+void apply_resumed_state(checkpoint::TrainingState& resumed, ParallelModel& pm, Task& task, amp::MixedPrecision& mp) {
+  auto optimizer_state = pm.plan().cut_local(resumed.optimizer);
+  if (pm.pipelined()) optimizer_state = state_of(optimizer_state, pm.params());
+  if (ZeroOptimizer* zero = pm.zero())
+    zero->load_state(optimizer_state, resumed.optimizer_steps);  // this rank's pieces, re-cut
+  else
+    pm.optimizer().load_state_dict(optimizer_state, resumed.optimizer_steps);
+  if (Generator* gen = task.generator(); gen && resumed.rng) gen->set_state(*resumed.rng);
+  if (mp.scaler().enabled()) mp.scaler().load_state(resumed.loss_scale, resumed.loss_scale_growth_tracker);
+  resumed.model.clear();
+  resumed.optimizer.clear();
+}
+
+// --save-final: the whole model with its Hugging Face names, whatever the layout (gathered over
+// tp and pp: every rank takes part), written by rank 0 (in bf16 with --save-dtype bf16).
+void save_final_weights(const TrainConfig& cfg, ParallelModel& pm, const Task& task, int rank, std::ostream& log) {
+  std::map<std::string, Tensor> weights = pm.whole_weights();
+  if (rank != 0) return;
+  if (cfg.save_dtype == "bf16")
+    for (auto& [name, t] : weights) t = t.to(DType::BF16);
+  checkpoint::save_safetensors(cfg.save_final, weights, task.metadata());
+  log << "saved " << cfg.save_final << "\n";
+}
+
 // The loop, for a built-in task or a program's own (`builtin` false: its checks in the
 // library's terms, and the ranks' tasks compared).
 TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_batch, bool builtin,
@@ -212,7 +241,6 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
   ParallelModel pm(cfg, *task, mesh, lr, micro_batch);
   const TensorParallelPlan& plan = pm.plan();
   FullyShardedDataParallel* const fsdp = pm.fsdp();
-  ZeroOptimizer* const zero = pm.zero();
   optim::Optimizer& opt = pm.optimizer();
   const optim::NamedParams& opt_params = pm.optimizer_params();
   // Mixed precision (docs/amp.md): the forward under autocast with the parameters' half
@@ -226,21 +254,7 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
   autograd::WeightCastCache* const half_copies = fsdp ? nullptr : mp.half_copies();
   const int64_t inject_inf_step = test_inject_inf_step(rank);
   const int64_t stop_at_step = test_stop_at_step(rank);
-  if (resumed) {
-    // The checkpoint holds the whole state (any layout saved it); this rank's tensor-parallel
-    // part of it, then (ZeRO) its pieces of that.
-    // Pipeline stages take the state of their own parameters.
-    auto optimizer_state = plan.cut_local(resumed->optimizer);
-    if (pm.pipelined()) optimizer_state = state_of(optimizer_state, pm.params());
-    if (zero)
-      zero->load_state(optimizer_state, resumed->optimizer_steps);  // this rank's pieces, re-cut
-    else
-      opt.load_state_dict(optimizer_state, resumed->optimizer_steps);
-    if (Generator* gen = task->generator(); gen && resumed->rng) gen->set_state(*resumed->rng);
-    if (mp.scaler().enabled()) mp.scaler().load_state(resumed->loss_scale, resumed->loss_scale_growth_tracker);
-    resumed->model.clear();
-    resumed->optimizer.clear();
-  }
+  if (resumed) apply_resumed_state(*resumed, pm, *task, mp);
   // PARATRAIN_TEST_KILL_IN_SAVE: this rank dies in the save of step kill_in_save, after its
   // files and before the manifest, leaving an incomplete checkpoint (test hook).
   auto die_if_told = [&](int64_t done) {
@@ -378,20 +392,7 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
     const nlohmann::json step_traffic = traffic.end();
     if (!skipped) mp.parameters_changed();  // the half copies are refreshed at the next forward
     mp.scaler().update();
-    if (step == start_step) {  // memory per rank, as it stays between steps
-      int64_t mine[3];  // optimizer state, gradients, parameters
-      pm.memory_between_steps(mine);
-      std::vector<int64_t> all(mine, mine + 3);
-      if (pg) {
-        all.resize(3 * static_cast<size_t>(world));
-        pg->allgather(mine, all.data(), 3, DType::I64)->wait();
-      }
-      for (int r = 0; r < world; ++r) {
-        run.mem_optimizer_per_rank.push_back(all[3 * r]);
-        run.mem_grad_per_rank.push_back(all[3 * r + 1]);
-        run.mem_param_per_rank.push_back(all[3 * r + 2]);
-      }
-    }
+    if (step == start_step) gather_memory_between_steps(run, pm, pg.get());
     StepReport report;
     report.step = step, report.lr = step_lr, report.norm = norm, report.loss_scale = loss_scale;
     report.skipped = skipped, report.data_wait_s = data_wait_s, report.outcome = outcome, report.tp = tp_stats;
@@ -404,13 +405,8 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
     const double step_s = report.step_s, loss = report.loss;
     // The first two steps pay for first-touch of memory on every rank: not measured.
     if (pg && step > start_step + 1 && balancer.observe(step, report.compute_ms_per_rank)) {
-      const auto& next = balancer.sizes_at(step + 2);
       progress.finish();
-      log << "balance: from step " << step + 3 << " micro-batches per rank [";
-      for (int r = 0; r < world; ++r) log << (r ? ", " : "") << next[r];
-      log << "] (measured compute ms per rank last step [";
-      for (int r = 0; r < world; ++r) log << (r ? ", " : "") << std::lround(report.compute_ms_per_rank[r]);
-      log << "])\n";
+      log_balance_change(log, step + 2, balancer.sizes_at(step + 2), report);
     }
     if (!std::isfinite(loss)) PT_THROW(Error, "training diverged: loss is ", loss, " at step ", step);
     if (step > start_step || steps - start_step == 1) {  // the first step pays for first-touch of memory
@@ -427,21 +423,17 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
       metrics.write(metrics_line(report, cfg, pm, mesh, *task, mp, run, balancer.enabled() ? &sizes : nullptr));
     }
     if (!cfg.quiet) {
-      const double eta = (end_step - step - 1) * (timed_seconds > 0 ? timed_seconds / std::max<int64_t>(step - start_step, 1) : step_s);
-      std::ostringstream line;
-      line << "step " << step + 1 << "/" << steps << " | loss " << std::fixed << std::setprecision(4) << loss
-           << " | lr " << std::scientific << std::setprecision(2) << step_lr << std::fixed << " | "
-           << std::setprecision(0) << rate << (task->counts_tokens() ? " tok/s" : " samples/s") << " | ETA "
-           << monitor::format_duration(eta);
+      ProgressFigures f;
+      f.steps = steps;
+      f.rate = rate;
+      f.counts_tokens = task->counts_tokens();
+      f.eta_s = (end_step - step - 1) *
+                (timed_seconds > 0 ? timed_seconds / std::max<int64_t>(step - start_step, 1) : step_s);
       if (device.kind == Device::CUDA && run.peak_flops > 0)  // over every rank's GPU
-        line << " | MFU " << std::setprecision(1) << 100.0 * rate * flops_per_item / (run.peak_flops * world) << "%";
-      if (mp.scaler().enabled()) line << " | scale " << std::setprecision(0) << loss_scale << (skipped ? " (skipped)" : "");
-      if (plan.size() > 1 || pm.pipelined()) line << " | " << shape.str();
-      if (plan.size() > 1) line << ", tp comm " << std::setprecision(1) << tp_stats.ms << " ms";
-      if (pm.pipelined()) line << ", " << cfg.pp_schedule << " bubble " << std::setprecision(2) << report.bubble_fraction;
-      if (const SlowestRank slow = slowest_rank(report); slow.rank >= 0 && slow.lag > slow_rank_lag)
-        line << " | slowest rank " << slow.rank << " (+" << std::setprecision(0) << 100 * slow.lag << "% compute+data)";
-      progress.update(step, line.str());
+        f.mfu = rate * flops_per_item / (run.peak_flops * world);
+      f.loss_scaling = mp.scaler().enabled();
+      f.slow_rank_lag = slow_rank_lag;
+      progress.update(step, step_progress_text(report, f, cfg, pm));
     }
     if (!cfg.checkpoint_dir.empty() &&
         ((cfg.checkpoint_every > 0 && (step + 1) % cfg.checkpoint_every == 0) || step + 1 == end_step))
@@ -459,16 +451,7 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
       << ", peak memory " << std::setprecision(1) << static_cast<double>(result.peak_bytes) / (1 << 20) << " MiB"
       << (world > 1 ? " (rank 0)" : "") << "\n";
   if (autograd::profiler::enabled()) log << autograd::profiler::report();
-  // The whole model with its Hugging Face names, whatever the layout (gathered over tp and pp:
-  // every rank takes part).
-  std::map<std::string, Tensor> weights;
-  if (!cfg.save_final.empty()) weights = pm.whole_weights();
-  if (!cfg.save_final.empty() && rank == 0) {
-    if (cfg.save_dtype == "bf16")
-      for (auto& [name, t] : weights) t = t.to(DType::BF16);
-    checkpoint::save_safetensors(cfg.save_final, weights, task->metadata());
-    log << "saved " << cfg.save_final << "\n";
-  }
+  if (!cfg.save_final.empty()) save_final_weights(cfg, pm, *task, rank, log);
   if (tracing) tracing->finish(pg.get());  // collective: rank 0 gathers DIR/trace.json
   return result;
 }
