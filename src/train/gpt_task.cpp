@@ -2,10 +2,12 @@
 // the validation loss over --val-data.
 #include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "builtin_tasks.h"
 #include "paratrain/autograd/engine.h"
 #include "paratrain/data/token_loader.h"
+#include "paratrain/kernels/tensor_reduce.h"
 #include "paratrain/nn/gpt.h"
 #include "paratrain/parallel/tensor_parallel/gpt_plan.h"
 
@@ -63,12 +65,14 @@ class GptTask final : public Task {
     const int dp = pg ? pg->size() : 1, r = pg ? pg->rank() : 0;
     const int64_t total = val_->num_batches() / dp;
     const int64_t n = std::min<int64_t>(total, max_batches > 0 ? max_batches : total);
-    double sum = 0;
+    std::vector<Tensor> losses;  // read back together after the last batch (one wait on a GPU)
     Tensor x, y;
     for (int64_t g = 0; g < n; ++g) {
       val_->fill(g * dp + r, x, y);
-      sum += (loss ? loss(x, y) : model_->loss(x, y)).item();
+      losses.push_back(loss ? loss(x, y) : model_->loss(x, y));
     }
+    double sum = 0;
+    for (double l : kernels::values_of(losses)) sum += l;
     model_->train();
     if (pg) {
       const float mine = static_cast<float>(sum);
