@@ -11,7 +11,11 @@
 #                                      (a GPU test runs it), tests/test_gpu with its CTest
 #                                      files, and the shared libraries they need besides
 #                                      glibc, libstdc++ and CUDA's (oneDNN, sentencepiece, ...)
-#   bash bench/gpu_kit.sh run [KIT]    there, in a checkout of the same commit: unpacks KIT,
+#   bash bench/gpu_kit.sh check [KIT]  here or there: whether KIT was built from the sources
+#                                      of this checkout (exit 0), or not (exit 2)
+#   bash bench/gpu_kit.sh run [KIT]    there, in a checkout of the same sources (checked:
+#                                      the kit holds the SHA-256 of every source file it was
+#                                      built from, and `run` refuses a kit of others): unpacks KIT,
 #                                      puts the checkout at the path the binaries were built
 #                                      for (a symbolic link, if it lives elsewhere), finds the
 #                                      CUDA runtime, cuBLAS(Lt) and NCCL (the toolkit's, the
@@ -28,6 +32,25 @@ MODE=${1:-}
 KIT=${2:-$ROOT/build/gpu-kit.tar.xz}
 BUILD_REL=build/gpu-kit
 die() { echo "gpu_kit.sh: $*" >&2; exit 2; }
+
+# The files a kit is built from (CMake's inputs; no git needed on the GPU machine to check them).
+KIT_SOURCES="CMakeLists.txt CMakePresets.json cmake include src tests examples bench"
+
+# Writes the SHA-256 of every source file of this checkout that git tracks or would track.
+source_sums() {
+  (cd "$ROOT" && git ls-files -co --exclude-standard -- $KIT_SOURCES | sort | xargs -d '\n' sha256sum)
+}
+
+# Whether the unpacked kit in $1 was built from this checkout's sources; says which differ.
+kit_matches() {
+  local sums=$1/kit-sources.sha256 bad
+  [ -f "$sums" ] || { echo "gpu_kit.sh: the kit holds no kit-sources.sha256 (pack it again)"; return 1; }
+  bad=$(cd "$ROOT" && sha256sum --quiet -c "$sums" 2>&1 | sed -n 's/: FAILED.*//p' | head -5)
+  [ -z "$bad" ] && return 0
+  echo "gpu_kit.sh: the kit (commit $(cat "$1/kit-commit" 2> /dev/null || echo '?')) was built from other" \
+       "sources than this checkout's: $(echo $bad)"
+  return 1
+}
 
 pack() {
   local build=$ROOT/$BUILD_REL stage
@@ -47,6 +70,9 @@ pack() {
   printf 'subdirs("tests")\n' > "$stage/$BUILD_REL/CTestTestfile.cmake"
   printf 'include("%s/tests/test_gpu[1]_include.cmake")\n' "$build" > "$stage/$BUILD_REL/tests/CTestTestfile.cmake"
   echo "$build" > "$stage/$BUILD_REL/kit-built-at"
+  source_sums > "$stage/$BUILD_REL/kit-sources.sha256" || die "cannot list the sources (git ls-files)"
+  (cd "$ROOT" && echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- $KIT_SOURCES || echo ' with changes')") \
+    > "$stage/$BUILD_REL/kit-commit"
   local lib
   for lib in $(ldd "$build/bin/paratrain" "$build/tests/test_gpu" | awk '/=> \//{print $3}' | sort -u); do
     case $(basename "$lib") in
@@ -63,6 +89,8 @@ pack() {
 run() {
   [ -f "$KIT" ] || die "no kit at $KIT (make one with: bash bench/gpu_kit.sh pack)"
   tar -C "$ROOT" -xJf "$KIT" || die "cannot unpack $KIT"
+  kit_matches "$ROOT/$BUILD_REL" || die "pack it again from this checkout: bash bench/gpu_kit.sh pack"
+  echo "gpu_kit.sh: the kit of commit $(cat "$ROOT/$BUILD_REL/kit-commit"), built from this checkout's sources"
   local built_at build=$ROOT/$BUILD_REL
   built_at=$(cat "$build/kit-built-at") || die "$KIT holds no kit-built-at"
   if [ "$built_at" != "$build" ]; then  # the binaries' paths (PARATRAIN_BIN, the CTest files) are absolute
@@ -107,8 +135,20 @@ run() {
   return $rc
 }
 
+# Unpacks KIT's small files into a temporary folder and compares its sources with this checkout's.
+check() {
+  [ -f "$KIT" ] || die "no kit at $KIT (make one with: bash bench/gpu_kit.sh pack)"
+  local tmp
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  tar -C "$tmp" -xJf "$KIT" "$BUILD_REL/kit-sources.sha256" "$BUILD_REL/kit-commit" 2> /dev/null
+  kit_matches "$tmp/$BUILD_REL" || return 2
+  echo "gpu_kit.sh: $KIT (commit $(cat "$tmp/$BUILD_REL/kit-commit")) was built from this checkout's sources"
+}
+
 case $MODE in
   pack) pack ;;
+  check) check ;;
   run) run ;;
-  *) die "usage: bash bench/gpu_kit.sh pack|run [KIT]" ;;
+  *) die "usage: bash bench/gpu_kit.sh pack|check|run [KIT]" ;;
 esac
