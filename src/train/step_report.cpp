@@ -1,6 +1,7 @@
 #include "step_report.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "paratrain/nn/gpt.h"
 #include "config_check.h"
@@ -22,36 +23,42 @@ void gather_step_report(StepReport& r, comm::ProcessGroup* pg, const MeshShape& 
   r.activation_per_rank = {o.activation_bytes};
   if (!pg) return;
   const int world = shape.world();
-  // Per rank: weighted loss (0 where no loss was computed: pipeline ranks without the last
-  // stage), step ms, compute ms, data-wait ms, pipeline busy ms, pipeline wall ms; then the
+  // Per rank, in one all-gather (on nccl, host buffers wait for the GPU: one call, not one per
+  // kind of figure): the weighted loss (0 where no loss was computed: pipeline ranks without
+  // the last stage), step, compute, data-wait, pipeline busy and pipeline wall ms; then the
   // allocator's peak, in-use and reserved bytes and the activation bytes.
-  constexpr int kF = 6, kB = 4;
-  const float mine[kF] = {o.computes_loss ? static_cast<float>(r.loss * weight) : 0.0f, static_cast<float>(r.step_s * 1e3),
-                          static_cast<float>(o.compute_s * 1e3),  static_cast<float>(r.data_wait_s * 1e3),
-                          static_cast<float>(o.busy_ms),           static_cast<float>(o.wall_ms)};
-  const int64_t mine_bytes[kB] = {memory.peak_bytes_in_use, memory.bytes_in_use, memory.bytes_reserved,
-                                  o.activation_bytes};
-  std::vector<float> f(kF * static_cast<size_t>(world));
-  std::vector<int64_t> b(kB * static_cast<size_t>(world));
-  auto w1 = pg->allgather(mine, f.data(), kF, DType::F32);
-  auto w2 = pg->allgather(mine_bytes, b.data(), kB, DType::I64);
-  w1->wait();
-  w2->wait();
+  struct RankFigures {
+    float loss, step_ms, compute_ms, data_wait_ms, busy_ms, wall_ms;
+    int64_t peak, allocated, reserved, activation;
+  };
+  const RankFigures mine{o.computes_loss ? static_cast<float>(r.loss * weight) : 0.0f,
+                         static_cast<float>(r.step_s * 1e3),
+                         static_cast<float>(o.compute_s * 1e3),
+                         static_cast<float>(r.data_wait_s * 1e3),
+                         static_cast<float>(o.busy_ms),
+                         static_cast<float>(o.wall_ms),
+                         memory.peak_bytes_in_use,
+                         memory.bytes_in_use,
+                         memory.bytes_reserved,
+                         o.activation_bytes};
+  std::vector<RankFigures> all(static_cast<size_t>(world));
+  static_assert(sizeof(RankFigures) % sizeof(int64_t) == 0 && std::is_trivially_copyable_v<RankFigures>);
+  pg->allgather(&mine, all.data(), sizeof(RankFigures) / sizeof(int64_t), DType::I64)->wait();  // as bytes
   double sum = 0, busy = 0, wall = 0;
   r.step_ms_per_rank.clear(), r.compute_ms_per_rank.clear(), r.busy_ms_per_rank.clear(), r.data_wait_ms_per_rank.clear();
   r.peak_per_rank.clear(), r.allocated_per_rank.clear(), r.reserved_per_rank.clear(), r.activation_per_rank.clear();
-  for (int k = 0; k < world; ++k) {
-    sum += f[kF * k];
-    r.step_ms_per_rank.push_back(f[kF * k + 1]);
-    r.compute_ms_per_rank.push_back(f[kF * k + 2]);
-    r.data_wait_ms_per_rank.push_back(f[kF * k + 3]);
-    r.busy_ms_per_rank.push_back(f[kF * k + 4]);
-    busy += f[kF * k + 4];
-    wall += f[kF * k + 5];
-    r.peak_per_rank.push_back(b[kB * k]);
-    r.allocated_per_rank.push_back(b[kB * k + 1]);
-    r.reserved_per_rank.push_back(b[kB * k + 2]);
-    r.activation_per_rank.push_back(b[kB * k + 3]);
+  for (const RankFigures& k : all) {
+    sum += k.loss;
+    r.step_ms_per_rank.push_back(k.step_ms);
+    r.compute_ms_per_rank.push_back(k.compute_ms);
+    r.data_wait_ms_per_rank.push_back(k.data_wait_ms);
+    r.busy_ms_per_rank.push_back(k.busy_ms);
+    busy += k.busy_ms;
+    wall += k.wall_ms;
+    r.peak_per_rank.push_back(k.peak);
+    r.allocated_per_rank.push_back(k.allocated);
+    r.reserved_per_rank.push_back(k.reserved);
+    r.activation_per_rank.push_back(k.activation);
   }
   r.loss = sum / (world / shape.pp);
   if (shape.pp > 1) r.bubble_fraction = wall > 0 ? 1.0 - busy / wall : 0.0;
