@@ -167,8 +167,7 @@ void copy_and_wait(void* dst, const void* src, size_t bytes, const void* gpu, cu
   DeviceGuard g(d);
   auto s = static_cast<cudaStream_t>(compute_stream(d));
   PT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
-  note_host_wait();
-  PT_CUDA_CHECK(cudaStreamSynchronize(s));
+  synchronize(s);
 }
 }  // namespace
 

@@ -1,7 +1,8 @@
-// Reductions over a list of tensors that a training step reads once (the gradient norm, the
-// loss scaler's inf check, the micro-batch losses), without a host/device sync per tensor: one reduce_into.h kernel
-// per tensor writes its term into device memory (a slot per tensor, one flag per device), then
-// ONE copy per device brings them to the host.
+// Values over a list of tensors that a training step reads once (the gradient norm, the loss
+// scaler's inf check, the micro-batch losses), without a host/device sync per tensor: one
+// kernel per tensor writes its term into device memory (reduce_into.h's reductions, or a copy
+// of a scalar: a slot per tensor, one flag per device), then ONE copy per device brings them to
+// the host.
 //
 // Every tensor must be contiguous; undefined and empty tensors are skipped. The kernels run
 // on the current device's compute stream, so a CUDA tensor must be on the current device (as

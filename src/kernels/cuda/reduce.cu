@@ -78,8 +78,7 @@ double reduce_sum(const void* x, int64_t n, const char* who) {
   PT_CUDA_CHECK_LAUNCH();
   double result = 0.0;
   PT_CUDA_CHECK(cudaMemcpyAsync(&result, st.partial + kBlocks, sizeof(double), cudaMemcpyDeviceToHost, s));
-  ::paratrain::cuda::note_host_wait();
-  PT_CUDA_CHECK(cudaStreamSynchronize(s));
+  ::paratrain::cuda::synchronize(s);
   ::paratrain::cuda::raise_device_errors();
   return result;
 }
@@ -107,8 +106,7 @@ bool all_finite(const void* x, int64_t n) {
   PT_CUDA_CHECK_LAUNCH();
   int bad = 0;
   PT_CUDA_CHECK(cudaMemcpyAsync(&bad, st.flag, sizeof(int), cudaMemcpyDeviceToHost, s));
-  ::paratrain::cuda::note_host_wait();
-  PT_CUDA_CHECK(cudaStreamSynchronize(s));
+  ::paratrain::cuda::synchronize(s);
   ::paratrain::cuda::raise_device_errors();
   return bad == 0;
 }

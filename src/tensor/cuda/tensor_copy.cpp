@@ -72,8 +72,7 @@ void device_to_host(Tensor& dst, const Tensor& src) {
   const bool direct = dst.is_contiguous() && dst.dtype() == src.dtype();
   Tensor host = direct ? dst : Tensor::empty(src.shape(), src.dtype());
   PT_CUDA_CHECK(cudaMemcpyAsync(host.data_ptr(), dev.data_ptr(), dev.nbytes(), cudaMemcpyDeviceToHost, stream_of(src)));
-  cuda::note_host_wait();
-  PT_CUDA_CHECK(cudaStreamSynchronize(stream_of(src)));
+  cuda::synchronize(stream_of(src));
   cuda::raise_device_errors(src.device_index());  // what its kernels found without a wait
   if (!direct) dst.copy_(host);
 }
