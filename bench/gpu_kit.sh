@@ -52,6 +52,8 @@ kit_matches() {
   return 1
 }
 
+require_kit() { [ -f "$KIT" ] || die "no kit at $KIT (make one with: bash bench/gpu_kit.sh pack)"; }
+
 pack() {
   local build=$ROOT/$BUILD_REL stage
   cmake -S "$ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O3 -DNDEBUG" \
@@ -87,7 +89,7 @@ pack() {
 }
 
 run() {
-  [ -f "$KIT" ] || die "no kit at $KIT (make one with: bash bench/gpu_kit.sh pack)"
+  require_kit
   tar -C "$ROOT" -xJf "$KIT" || die "cannot unpack $KIT"
   kit_matches "$ROOT/$BUILD_REL" || die "pack it again from this checkout: bash bench/gpu_kit.sh pack"
   echo "gpu_kit.sh: the kit of commit $(cat "$ROOT/$BUILD_REL/kit-commit"), built from this checkout's sources"
@@ -137,7 +139,7 @@ run() {
 
 # Unpacks KIT's small files into a temporary folder and compares its sources with this checkout's.
 check() {
-  [ -f "$KIT" ] || die "no kit at $KIT (make one with: bash bench/gpu_kit.sh pack)"
+  require_kit
   local tmp
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' RETURN
