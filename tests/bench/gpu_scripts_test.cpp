@@ -56,6 +56,30 @@ TEST(GpuScripts, GpuKitCheckTellsAKitOfTheseSourcesFromOneOfOthers) {
   EXPECT_NE(r.out.find("the kit holds no kit-sources.sha256 (pack it again)"), std::string::npos) << r.out;
 }
 
+// `run` checks the kit's sources right after unpacking it, before anything runs: in a stand-in
+// checkout (the script and one source file in a temporary folder), a kit of another version of
+// that file is refused naming it; a kit of this one passes the check, names its commit, and
+// goes on (to the next missing piece of this bare kit, its kit-built-at).
+TEST(GpuScripts, GpuKitRunRefusesAKitOfOtherSourcesBeforeRunningAnything) {
+  const std::string setup =
+      "t=$(mktemp -d) && trap \"rm -rf $t\" EXIT && mkdir -p $t/co/bench $t/co/src $t/k/build/gpu-kit && "
+      "cp bench/gpu_kit.sh $t/co/bench/ && echo new > $t/co/src/x.cpp && echo abc1234 > $t/k/build/gpu-kit/kit-commit && ";
+  const std::string run = " && tar -C $t/k -cJf $t/kit.tar.xz build/gpu-kit && bash $t/co/bench/gpu_kit.sh run $t/kit.tar.xz";
+  auto r = sh(setup + "echo \"$(echo old | sha256sum | cut -c1-64)  src/x.cpp\" > $t/k/build/gpu-kit/kit-sources.sha256" +
+              run);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("the kit (commit abc1234) was built from other sources than this checkout's: src/x.cpp"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("gpu_kit.sh: pack it again from this checkout: bash bench/gpu_kit.sh pack"), std::string::npos)
+      << r.out;
+  r = sh(setup + "(cd $t/co && sha256sum src/x.cpp) > $t/k/build/gpu-kit/kit-sources.sha256" + run);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("gpu_kit.sh: the kit of commit abc1234, built from this checkout's sources"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("holds no kit-built-at"), std::string::npos) << r.out;
+}
+
 TEST(GpuScripts, GpuCheckWithoutAGpuSaysSoAndExitsTwo) {
   if (sh("command -v nvidia-smi").rc == 0) GTEST_SKIP() << "this machine has nvidia-smi: gpu_check.sh would run";
   const auto r = sh("bash bench/gpu_check.sh /nonexistent/build");
