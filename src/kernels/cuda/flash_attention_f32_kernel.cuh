@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(kThreads)
   float* Ks = Qs + S::kTile;
   float* Vs = Ks + S::kTile;
   float* Ps = Vs + S::kTile;
-  const int qt = last_tile_first();
+  const int qt = static_cast<int>(last_tile_first());
   const int64_t bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = static_cast<int64_t>(qt) * kRows, C3 = 3 * C;
   const typename E::S* q = qkv + b * T * C3 + h * HS;
   const int ty = thread_row(), tx = thread_col();
@@ -382,7 +382,7 @@ __global__ void __launch_bounds__(kThreads)
   float* dSs = Vs + S::kTile;
   float* lse_s = dSs + kRows * kLdP;
   float* D_s = lse_s + kRows;
-  const int qt = last_tile_first();
+  const int qt = static_cast<int>(last_tile_first());
   const int64_t bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = static_cast<int64_t>(qt) * kRows, C3 = 3 * C;
   const typename E::S* q = qkv + b * T * C3 + h * HS;
 

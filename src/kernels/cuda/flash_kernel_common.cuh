@@ -13,9 +13,11 @@ namespace {
 // A block's tile when the grid's x runs over the tiles of one (batch, head), the last first. A
 // query tile's work grows with its index (keys up to the diagonal), and a GPU starts blocks
 // roughly in index order, so the longest start first and the short ones fill the tail. 32-bit
-// arithmetic: in 64 bits it cost the tensor-core forward 18 registers (4 blocks per SM to 3 for
-// head size 64) and made its dQ kernel spill.
-__device__ __forceinline__ int last_tile_first() { return static_cast<int>(gridDim.x - 1u - blockIdx.x); }
+// unsigned arithmetic: in 64 bits it cost the tensor-core forward 18 registers (4 blocks per SM
+// to 3 for head size 64) and made its dQ kernel spill; returned as int (sign-extended where the
+// kernels widen it to 64 bits) it made the bf16 dQ kernel for head size 64 spill 20 bytes
+// (CudaKernelResources.FlashKernelsOnHopper checks both).
+__device__ __forceinline__ unsigned last_tile_first() { return gridDim.x - 1u - blockIdx.x; }
 
 // D[bh T + t] = sum_d dO[b,t,h,d] O[b,t,h,d] (f32, HS the head size): a warp per row,
 // kRowdotRows rows a block, B * NH * T rows in all.
