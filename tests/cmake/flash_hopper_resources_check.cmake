@@ -7,8 +7,9 @@
 # (lists joined with |, which passes through add_test unchanged where ; would not)
 # It compiles each source's device code alone (-cubin, a few seconds a file), prints every
 # kernel's figures, and fails where
-#   - a tensor-core flash kernel on bf16 (the default precision's), any head size, spills;
-#   - the f32-arithmetic flash kernels on bf16 buffers (`tiles` for bf16), any head size, spill;
+#   - a tensor-core flash kernel on bf16 (the default precision's), any head size, spills or has
+#     a stack frame (an array that is not unrolled into registers lives in local memory);
+#   - an f32-arithmetic flash kernel on bf16 buffers (`tiles` for bf16), any head size, does;
 #   - the tensor-core bf16 forward for head size 64 (gpt2-124m's) uses more than 128 registers:
 #     4 blocks of 128 threads an SM, which docs/cuda.md's figures assume.
 foreach(var NVCC INCLUDES SOURCES OUT)
@@ -40,13 +41,16 @@ foreach(src ${SOURCES})
   string(REPLACE "\n" ";" lines "${log}")
   set(kernel "")
   set(spill 0)
+  set(stack 0)
   set(count 0)
   set(bf16_count 0)
   foreach(line ${lines})
     if(line MATCHES "Compiling entry function '([^']+)'")
       set(kernel "${CMAKE_MATCH_1}")
-    elseif(line MATCHES "([0-9]+) bytes spill stores, ([0-9]+) bytes spill loads" AND kernel)
-      math(EXPR spill "${CMAKE_MATCH_1} + ${CMAKE_MATCH_2}")
+    elseif(line MATCHES "([0-9]+) bytes stack frame, ([0-9]+) bytes spill stores, ([0-9]+) bytes spill loads"
+           AND kernel)
+      set(stack ${CMAKE_MATCH_1})
+      math(EXPR spill "${CMAKE_MATCH_2} + ${CMAKE_MATCH_3}")
     elseif(line MATCHES "Used ([0-9]+) registers" AND kernel)
       set(regs ${CMAKE_MATCH_1})
       # A readable name: the kernel, its head size and its element type.
@@ -67,13 +71,14 @@ foreach(src ${SOURCES})
         set(dtype "")
         set(kernel_name "")
       endif()
-      message(STATUS "${label}: ${regs} registers, ${spill} bytes spilled (stores + loads)")
+      message(STATUS "${label}: ${regs} registers, ${spill} bytes spilled (stores + loads), ${stack} bytes of stack")
       math(EXPR count "${count} + 1")
       if(dtype STREQUAL "bf16" AND NOT kernel_name STREQUAL "rowdot_kernel")
         math(EXPR bf16_count "${bf16_count} + 1")
       endif()
-      if(dtype STREQUAL "bf16" AND spill GREATER 0)
-        list(APPEND failures "${label} spills ${spill} bytes (stores + loads) at ${regs} registers")
+      if(dtype STREQUAL "bf16" AND (spill GREATER 0 OR stack GREATER 0))
+        list(APPEND failures
+          "${label} spills ${spill} bytes (stores + loads) and has ${stack} bytes of stack at ${regs} registers")
       endif()
       if(name STREQUAL "flash_attention" AND dtype STREQUAL "bf16" AND kernel_name STREQUAL "flash_forward_kernel"
          AND head_size EQUAL 64 AND regs GREATER 128)
@@ -81,6 +86,7 @@ foreach(src ${SOURCES})
       endif()
       set(kernel "")
       set(spill 0)
+      set(stack 0)
     endif()
   endforeach()
   # Three kernels (forward, backward keys, backward queries) for each of three head sizes: a
