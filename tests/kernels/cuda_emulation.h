@@ -1,16 +1,17 @@
 // A CPU emulation of the CUDA built-ins that the host-compilable kernel headers use
 // (kernels/cuda/*_kernels.cuh, flash_attention_kernel.cuh), so that their tests run the
 // kernels' own code on every machine: every CUDA thread of a block is a host thread,
-// __syncthreads a barrier over the block, __shfl_xor_sync an exchange through memory between
-// two barriers of the thread's warp (32 consecutive threads of the block in x-major order, as
-// CUDA forms them; every lane of a warp must reach it, as CUDA's full mask requires, while a
-// warp that has returned leaves the others alone), and launch() runs a grid's blocks one after
+// __syncthreads a barrier over the block, __syncwarp one over the thread's warp and
+// __shfl_xor_sync an exchange through memory between two of those (a warp: 32 consecutive
+// threads of the block in x-major order, as CUDA forms them; every lane of a warp must reach
+// either, as CUDA's full mask requires, while a warp that has returned leaves the others
+// alone), and launch() runs a grid's blocks one after
 // another on one set of host threads, the block 1-D or 2-D (threadIdx.x, .y).
 // A kernel's `__shared__` arrays must be `static __shared__` (valid CUDA) to be one per block
 // here; `extern __shared__` memory is the includer's (one block at a time).
 // launch_serial() runs every thread of every block in turn on the calling thread: much faster,
 // and right for a kernel whose threads never wait for each other (no __syncthreads, no
-// shuffles: reaching either there aborts).
+// __syncwarp, no shuffles: reaching any of them there stops the test).
 //
 // Include it before the kernel header, at global scope; the names it defines are those CUDA
 // gives (threadIdx, blockIdx, blockDim, uint4, float4, __nv_bfloat16, __half, ...), in the namespace
@@ -59,6 +60,15 @@ inline void __syncthreads() {
 inline float g_xch[1024];
 inline std::vector<std::unique_ptr<std::barrier<>>> g_warp_bars;  // one per warp of the block
 inline unsigned linear_thread() { return threadIdx.y * blockDim.x + threadIdx.x; }
+// A barrier over the thread's warp (every lane must reach it, as the full mask requires): what
+// a warp's lanes wrote to shared memory is visible to the warp's other lanes after it.
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  if (g_warp_bars.empty()) {
+    std::fprintf(stderr, "__syncwarp in a kernel run by launch_serial\n");
+    std::abort();
+  }
+  g_warp_bars.at(linear_thread() / 32)->arrive_and_wait();
+}
 inline float __shfl_xor_sync(unsigned, float v, int o) {
   const unsigned t = linear_thread();
   std::barrier<>& warp = *g_warp_bars.at(t / 32);

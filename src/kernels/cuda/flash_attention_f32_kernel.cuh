@@ -35,10 +35,12 @@
 //     dV += P^T dO, dK += scale dS^T Q (P^T and dS^T take turns in one shared tile);
 //   dQ, a block per 64 query rows (the last first), over the key tiles up to the diagonal:
 //     P and dS likewise, dQ += scale dS K.
-// Rows past T are loaded as zeros, masked and never written.
+// Rows past T are loaded as zeros, masked and never written. A row of P (or dS, P^T, dS^T) is
+// written and read by its 16 owners, lanes of one warp, so between the scores and the product
+// the warp syncs alone (__syncwarp); the block syncs twice a tile, around the tile's loads.
 //
 // This file holds only the kernels, so that they compile on the host over an emulation of the
-// CUDA built-ins they use (threadIdx, blockIdx, gridDim, __syncthreads, __shfl_xor_sync,
+// CUDA built-ins they use (threadIdx, blockIdx, gridDim, __syncthreads, __syncwarp, __shfl_xor_sync,
 // float2, float4, make_float4, uint4) and run there without a GPU
 // (tests/kernels/flash_attention_emulated_test.cpp).
 #pragma once
@@ -229,7 +231,7 @@ __global__ void __launch_bounds__(kThreads)
   zero<HS>(o);
   for (int kt = 0; kt <= qt; ++kt) {
     const int64_t k0 = static_cast<int64_t>(kt) * kRows;
-    __syncthreads();  // Q is in; the last tile's K, V and P are read
+    __syncthreads();  // Q is in; every warp has read the last tile's K and V
     load_rows<HS, E>(Ks, q + C, C3, k0, T);
     load_rows<HS, E>(Vs, q + 2 * C, C3, k0, T);
     __syncthreads();
@@ -259,7 +261,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int c = 0; c < S::kCols; ++c) o[i][c] *= alpha;
     }
-    __syncthreads();
+    __syncwarp();  // a row of P is written and read by its 16 lanes, all in one warp
     tile_product<HS>(o, Ps, Vs);
   }
   float inv[4];
@@ -348,19 +350,20 @@ __global__ void __launch_bounds__(kThreads)
   const int tiles = static_cast<int>((T + kRows - 1) / kRows);
   for (int qt = kt; qt < tiles; ++qt) {  // earlier queries do not see these keys
     const int64_t q0 = static_cast<int64_t>(qt) * kRows;
-    __syncthreads();  // K and V are in; the last tile's Q, dO, dS^T and stats are read
+    __syncthreads();  // K and V are in; every warp has read the last tile's Q, dO and stats
     load_rows<HS, E>(Qs, q, C3, q0, T);
     load_rows<HS, E>(dOs, dO, C, q0, T);
     load_row_stats(lse_s, D_s, lse + bh * T, D + bh * T, q0, T);
     __syncthreads();
     float p[4][4], ds[4][4];
     recompute<HS>(p, ds, Ks, Qs, Vs, dOs, lse_s, D_s, q0, k0, T, scale, true);
+    // A row of Ms is written and read by its 16 lanes, all in one warp.
     store_scores(Ms, p);
-    __syncthreads();
+    __syncwarp();
     tile_product<HS>(dv, Ms, dOs);
-    __syncthreads();
+    __syncwarp();
     store_scores(Ms, ds);
-    __syncthreads();
+    __syncwarp();
     tile_product<HS>(dk, Ms, Qs);
   }
   const float scales[4] = {scale, scale, scale, scale}, ones[4] = {1.0f, 1.0f, 1.0f, 1.0f};
@@ -393,14 +396,14 @@ __global__ void __launch_bounds__(kThreads)
   zero<HS>(dq);
   for (int kt = 0; kt <= qt; ++kt) {
     const int64_t k0 = static_cast<int64_t>(kt) * kRows;
-    __syncthreads();  // Q, dO and the stats are in; the last tile's K and dS are read
+    __syncthreads();  // Q, dO and the stats are in; every warp has read the last tile's K and V
     load_rows<HS, E>(Ks, q + C, C3, k0, T);
     load_rows<HS, E>(Vs, q + 2 * C, C3, k0, T);
     __syncthreads();
     float p[4][4], ds[4][4];
     recompute<HS>(p, ds, Qs, Ks, dOs, Vs, lse_s, D_s, q0, k0, T, scale, false);
     store_scores(dSs, ds);
-    __syncthreads();
+    __syncwarp();  // a row of dS is written and read by its 16 lanes, all in one warp
     tile_product<HS>(dq, dSs, Ks);
   }
   const float scales[4] = {scale, scale, scale, scale};

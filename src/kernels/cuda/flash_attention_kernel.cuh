@@ -15,6 +15,9 @@
 //   4. each warp scales its rows' f32 output O, WMMA accumulators held in registers across the
 //      tiles, by alpha (the row of an accumulator element from a fragment of row indices), and
 //      adds P V (WMMA, bf16 x bf16 into f32).
+// Steps 2 to 4 touch only the warp's own rows of S and P and its rows' alphas (FlashAttention-2's
+// split of the queries over the warps), so between them the warp syncs alone (__syncwarp); the
+// block syncs twice a tile, around the loads of K and V. The backward kernels likewise.
 // At the end the output is staged in shared memory, divided by l, rounded to bf16 and written
 // to (B,T,C); lse = m + log l (natural log, the scores already scaled: the CPU's convention).
 // Rows past T compute nothing that is written.
@@ -31,7 +34,7 @@
 // tiles from the last (the forward and dQ), key tiles from the first (dK and dV).
 //
 // This file holds only the kernels, so that they can be compiled on the host over an emulation
-// of the CUDA built-ins they use (threadIdx, blockIdx, gridDim, __syncthreads,
+// of the CUDA built-ins they use (threadIdx, blockIdx, gridDim, __syncthreads, __syncwarp,
 // __shfl_xor_sync, wmma, the bf16 conversions; an accumulator's num_elements and x[]) to run
 // its arithmetic without a GPU (tests/kernels/flash_attention_emulated_test.cpp). The includer
 // provides the wmma namespace and, for each E, Operand<E> in this namespace: static float
@@ -165,7 +168,7 @@ __global__ void __launch_bounds__(kThreads)
 
     const int64_t key_end = q0 + kRows < T ? q0 + kRows : T;  // keys past the block's last row are masked
     for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
-      __syncthreads();  // the previous tile's P V is done with K, V, P
+      __syncthreads();  // every warp's previous P V is done with K and V
       load_tile<HS>(Ks, L::kLdQ, qkv, b, T, C, h, 1, k0);
       load_tile<HS>(Vs, L::kLdQ, qkv, b, T, C, h, 2, k0);
       __syncthreads();
@@ -181,7 +184,7 @@ __global__ void __launch_bounds__(kThreads)
         }
         wmma::store_matrix_sync(Ss + (warp * 16) * kLdS + n * 16, acc, kLdS, wmma::mem_row_major);
       }
-      __syncthreads();
+      __syncwarp();  // the softmax of a row is its warp's (row / 16 == warp): S stays in the warp
 
       // 3. the online softmax of row `row`, keys 2j + half (j < 32) of the tile: the two threads
       //    of a row take alternate columns, so a warp's reads spread over the banks
@@ -207,7 +210,7 @@ __global__ void __launch_bounds__(kThreads)
       l = l * alpha + sum;
       m = m_new;
       if (half == 0) alpha_s[row] = alpha;
-      __syncthreads();
+      __syncwarp();  // P's rows and alphas are the warp's own
 
       // 4. O (16 x HS per warp) = alpha O + P V: each element scaled by its row's alpha
       for (int n = 0; n < HS / 16; ++n)
@@ -392,7 +395,7 @@ __global__ void __launch_bounds__(kThreads)
     at.load(index);
 
     for (int64_t q0 = k0; q0 < T; q0 += kRows) {  // query tiles from the diagonal (kRows == kKeys)
-      __syncthreads();  // the previous tile's products are done with Q, dO, P^T, dS^T
+      __syncthreads();  // every warp's previous products are done with Q and dO
       load_tile<HS>(Qs, L::kLdT, qkv, b, T, C, h, 0, q0);
       load_query_rows<HS>(dOs, L::kLdT, lse_s, D_s, dout, lse, D, b, bh, T, C, h, q0);
       __syncthreads();
@@ -414,7 +417,7 @@ __global__ void __launch_bounds__(kThreads)
           dSt16[i * kLdP + j] = Operand<E>::round(ds);
         }
       }
-      __syncthreads();
+      __syncwarp();  // the products read only the warp's own rows of P^T and dS^T
       accumulate_product<HS>(dV, Pt16, dOs, L::kLdT, warp);  // dV += P^T dO
       accumulate_product<HS>(dK, dSt16, Qs, L::kLdT, warp);  // dK += dS^T Q
     }
@@ -466,7 +469,7 @@ __global__ void __launch_bounds__(kThreads)
 
     const int64_t key_end = q0 + kRows < T ? q0 + kRows : T;
     for (int64_t k0 = 0; k0 < key_end; k0 += kKeys) {
-      __syncthreads();  // the previous tile's dS K is done with K, dS
+      __syncthreads();  // every warp's previous dS K is done with K
       load_tile<HS>(Ks, L::kLdT, qkv, b, T, C, h, 1, k0);
       load_tile<HS>(Vs, L::kLdT, qkv, b, T, C, h, 2, k0);
       __syncthreads();
@@ -487,7 +490,7 @@ __global__ void __launch_bounds__(kThreads)
           dS16[i * kLdP + j] = Operand<E>::round(ds);
         }
       }
-      __syncthreads();
+      __syncwarp();  // dS K reads only the warp's own rows of dS
       accumulate_product<HS>(dQ, dS16, Ks, L::kLdT, warp);  // dQ += dS K
     }
     __syncthreads();  // every warp is done with the tiles: the result is staged over them
