@@ -178,12 +178,6 @@ int main(int argc, char** argv) {
       using Bwd = decltype(reg.attention_backward.at(kGpu, dt));
       std::vector<std::pair<std::string, std::pair<Fwd, Bwd>>> impls = {
           {"", {reg.attention_forward.at(kGpu, dt), reg.attention_backward.at(kGpu, dt)}}};
-      if (dt != DType::F16)  // the 16 x 16 tiles kernels (f32 and bf16), whatever the table's form
-        impls.push_back({" (16x16 tiles)",
-                         {bf16 ? kernels::erase<&kernels::cuda::attention_forward_bf16>
-                               : kernels::erase<&kernels::cuda::attention_forward>,
-                          bf16 ? kernels::erase<&kernels::cuda::attention_backward_bf16>
-                               : kernels::erase<&kernels::cuda::attention_backward>}});
       if (bf16) {
         impls.push_back({" (gemm, bf16 products)",
                          {[](void* o, void* l, const void* x, int64_t b, int64_t t, int64_t c, int64_t nh) {

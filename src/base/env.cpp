@@ -39,8 +39,7 @@ const std::vector<VarInfo>& declared() {
        "gemm-bf16 (the same; bf16 attention with bf16 products on tensor cores), flash (bf16 and f16: fused kernels "
        "on tensor cores, no T x T matrix, P and dS rounded to the 16-bit type as FlashAttention does; f32: their "
        "f32-arithmetic twins on the CUDA cores, f32 FMAs throughout) or tiles (every dtype by the f32-arithmetic "
-       "flash kernels: no T x T matrix, the CPU's f32 products; head sizes they do not take by 16x16 tiles in "
-       "shared memory)"},
+       "flash kernels: no T x T matrix, the CPU's f32 products; what they do not take as gemm)"},
       {"PARATRAIN_PROFILE", "0", "1 = time every op forward and backward and print a table after training"},
       {"PARATRAIN_LOG", "info",
        "diagnostic log level, for every subsystem and optionally per tag: LEVEL[,TAG=LEVEL...] with LEVEL "

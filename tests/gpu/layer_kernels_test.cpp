@@ -486,7 +486,7 @@ std::vector<AttnImpl> attention_impls() {
   const std::string form = env::get_string("PARATRAIN_CUDA_ATTENTION");
   const Tolerance table_bf16 = form == "flash" || form == "gemm-bf16" ? bf16_products : kBF16Tol;
   return {{"the table's", R().attention_forward.at(kGpu, kF32), R().attention_forward.at(kGpu, kBF16),
-           R().attention_backward.at(kGpu, kF32), R().attention_backward.at(kGpu, kBF16), 128, table_bf16,
+           R().attention_backward.at(kGpu, kF32), R().attention_backward.at(kGpu, kBF16), 1 << 20, table_bf16,
            table_bf16},
           {"flash", &flash_forward<kF32>, &flash_forward<>, &flash_backward<kF32>, &flash_backward<>, 1 << 20,
            bf16_products, bf16_products},
@@ -495,11 +495,9 @@ std::vector<AttnImpl> attention_impls() {
           {"by gemm, 16-row chunks", &by_gemm_forward<kF32>, &by_gemm_forward<kBF16>, &by_gemm_backward<kF32>,
            &by_gemm_backward<kBF16>, 1 << 20},
           {"by gemm, bf16 products, 16-row chunks", &by_gemm_forward<kF32>, &by_gemm_forward<kBF16, true>,
-           &by_gemm_backward<kF32>, &by_gemm_backward<kBF16, true>, 1 << 20, bf16_products, bf16_products},
-          {"tiles", erase<&cuda::attention_forward>, erase<&cuda::attention_forward_bf16>,
-           erase<&cuda::attention_backward>, erase<&cuda::attention_backward_bf16>, cuda::kAttnMaxHeadSize}};
+           &by_gemm_backward<kF32>, &by_gemm_backward<kBF16, true>, 1 << 20, bf16_products, bf16_products}};
 }
-constexpr AttnCase kWideHead{2, 45, 2, 160};  // past the tiles' 128: the GEMM attention only
+constexpr AttnCase kWideHead{2, 45, 2, 160};  // a head size past 128, which no flash kernel takes
 
 // f(impl, case) for every attention and every case within its head size, traced by both.
 template <typename F>
@@ -845,12 +843,6 @@ TEST(CudaLayerKernels, AttentionPiecesNameRowsPastOneLaunch) {
       [&] { cuda::attention_rowdot(nullptr, nullptr, nullptr, int64_t{1} << 24, int64_t{1} << 10, 64); });
   EXPECT_NE(rowdot.find("attention_rowdot (cuda): 17179869184 rows is more than one launch takes"), std::string::npos)
       << rowdot;
-}
-
-// The tiles' size check comes before any CUDA call: no GPU needed.
-TEST(CudaLayerKernels, TiledAttentionRejectsHeadSizeOver128) {
-  EXPECT_THROW(cuda::attention_forward(nullptr, nullptr, nullptr, 1, 4, 256, 1), InputError);
-  EXPECT_THROW(cuda::attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 256, 1), InputError);
 }
 
 }  // namespace

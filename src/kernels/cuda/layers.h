@@ -16,7 +16,8 @@
 //    step's non-finite check sees it.
 //  - layernorm_backward sums dweight/dbias per block of 256 rows, then adds the blocks in
 //    order: another order than the CPU's, the same bits every run.
-//  - attention: head size C/NH at most 128 (InputError otherwise).
+//  - attention: the flash kernels take head sizes 32, 64 and 128 (and say why they do not
+//    take another shape); the GEMM attention (kernels/attention_by_gemm.h) takes any.
 //
 // Thread-safety: as the CUDA runtime; calls on one stream run in order.
 #pragma once
@@ -50,15 +51,6 @@ void crossentropy_forward_f16(float* losses, float* lse, const uint16_t* logits,
                               int64_t V, int64_t ld);
 void crossentropy_backward_f16(uint16_t* dlogits, const float* dlosses, const uint16_t* logits, const float* lse,
                                const int32_t* targets, int64_t N, int64_t V, int64_t ld);
-
-constexpr int64_t kAttnMaxHeadSize = 128;
-void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
-void attention_forward_bf16(uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T, int64_t C,
-                            int64_t NH);
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                        int64_t B, int64_t T, int64_t C, int64_t NH);
-void attention_backward_bf16(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* out,
-                             const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH);
 
 // The shared memory (bytes) a block of the flash kernels needs for a head size: the larger of
 // the forward's and the backward's; 0 for a head size they do not take.

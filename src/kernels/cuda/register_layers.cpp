@@ -9,8 +9,7 @@
 //     their f32-arithmetic twins on the CUDA cores (flash_attention_f32.cu); shapes and GPUs
 //     they do not take run as gemm, the CPU's rounding;
 //   tiles: every dtype by the f32-arithmetic flash kernels (the CPU's contract: bf16 and f16
-//     widened, P and dS not rounded); what they do not take runs as attention.cu's 16 x 16 f32
-//     tiles (f32, bf16) or gemm (f16).
+//     widened, P and dS not rounded); what they do not take runs as gemm.
 // softmax_row_max and softmax_row_exp_sum return a host float per row and have no CUDA
 // kernel (NoKernelError).
 #include <mutex>
@@ -46,8 +45,9 @@ void gemm_attention_backward(void* dqkv, const void* dout, const void* qkv, cons
 constexpr const char* form_name(FlashKernels k) { return k == FlashKernels::kTensorCores ? "flash" : "tiles"; }
 
 // PARATRAIN_CUDA_ATTENTION asked for flash kernels that do not take an attention: said once per
-// form, dtype and reason (a warning, not an error: that attention runs, as `instead`).
-void warn_once_not_flash(FlashKernels k, DType dtype, const std::string& why, const char* instead) {
+// form, dtype and reason (a warning, not an error: that attention runs as gemm, within the
+// CPU's contract and with the same lse rows, so either backward reads the other forward's).
+void warn_once_not_flash(FlashKernels k, DType dtype, const std::string& why) {
   static std::mutex mu;
   static std::set<std::string> said;
   const std::string key = std::string(form_name(k)) + " " + dtype_name(dtype) + ": " + why;
@@ -56,33 +56,7 @@ void warn_once_not_flash(FlashKernels k, DType dtype, const std::string& why, co
     if (!said.insert(key).second) return;
   }
   PT_LOG_WARN(kGeneral, "PARATRAIN_CUDA_ATTENTION=", form_name(k), ": the flash kernels do not take this ",
-              dtype_name(dtype), " attention (", why, "); it runs as ", instead);
-}
-
-// What runs where the flash kernels do not take an attention (head size, alignment, the GPU:
-// layers.h), within the CPU's contract, with the same lse rows (so either backward reads the
-// other forward's): under `tiles` the 16 x 16 tiles kernels (f32, bf16; head sizes up to 128),
-// else the GEMM attention with f32 products.
-template <DType T, FlashKernels K>
-constexpr bool kInsteadTiles = K == FlashKernels::kF32Arithmetic && T != DType::F16;
-template <DType T, FlashKernels K>
-void attention_forward_instead(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
-  if constexpr (kInsteadTiles<T, K> && T == DType::F32)
-    erase<&cuda::attention_forward>(out, lse, qkv, B, Tn, C, NH);
-  else if constexpr (kInsteadTiles<T, K>)
-    erase<&cuda::attention_forward_bf16>(out, lse, qkv, B, Tn, C, NH);
-  else
-    gemm_attention_forward<T>(out, lse, qkv, B, Tn, C, NH);
-}
-template <DType T, FlashKernels K>
-void attention_backward_instead(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
-                                int64_t B, int64_t Tn, int64_t C, int64_t NH) {
-  if constexpr (kInsteadTiles<T, K> && T == DType::F32)
-    erase<&cuda::attention_backward>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
-  else if constexpr (kInsteadTiles<T, K>)
-    erase<&cuda::attention_backward_bf16>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
-  else
-    gemm_attention_backward<T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
+              dtype_name(dtype), " attention (", why, "); it runs as gemm");
 }
 
 // The flash kernels K in the attention tables' signatures.
@@ -90,14 +64,14 @@ template <DType T, FlashKernels K>
 void flash_attention_forward(void* out, void* lse, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
   std::string why;
   if (attention_forward_flash(K, T, out, static_cast<float*>(lse), qkv, B, Tn, C, NH, &why)) return;
-  warn_once_not_flash(K, T, why, kInsteadTiles<T, K> ? "the 16 x 16 tiles kernels" : "gemm");
-  attention_forward_instead<T, K>(out, lse, qkv, B, Tn, C, NH);
+  warn_once_not_flash(K, T, why);
+  gemm_attention_forward<T>(out, lse, qkv, B, Tn, C, NH);
 }
 template <DType T, FlashKernels K>
 void flash_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
                               int64_t B, int64_t Tn, int64_t C, int64_t NH) {
   if (!attention_backward_flash(K, T, dqkv, dout, qkv, out, static_cast<const float*>(lse), B, Tn, C, NH))
-    attention_backward_instead<T, K>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
+    gemm_attention_backward<T>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
 }
 
 // PARATRAIN_CUDA_ATTENTION: which attention the tables hold.
