@@ -64,10 +64,7 @@ void AttemptSupervisor::handle_signals() {
     if (!stopping_) {
       say("received " + signal_name(sig) + "; stopping the ranks (SIGKILL after " +
           std::to_string(o.grace_period_s).substr(0, 4) + " s)");
-      if (!have_failure_) {
-        record_failure(FailureInfo{-1, o.node_rank, ctx_.host, 128 + sig, true,
-                                   "launcher on node " + std::to_string(o.node_rank) + " received " + signal_name(sig)});
-      }
+      if (!have_failure_) record_failure(launcher_signalled(sig));
       begin_stop(sig);
     } else if (!killed_) {
       killed_ = true;
@@ -210,16 +207,19 @@ void AttemptSupervisor::record_failure(const FailureInfo& f) {
   }
 }
 
+// This node's launcher received `sig`: the failure it stands for (code 128 + sig).
+FailureInfo AttemptSupervisor::launcher_signalled(int sig) const {
+  const int node = ctx_.options.node_rank;
+  return FailureInfo{-1, node, ctx_.host, 128 + sig, true,
+                     "launcher on node " + std::to_string(node) + " received " + signal_name(sig)};
+}
+
 // The outcome: an interrupted launcher never restarts, and a failure that came first keeps
 // its code.
 void AttemptSupervisor::conclude() {
   const int interrupt = ctx_.signals.interrupt();
   if (interrupt != 0) {
-    if (!have_failure_) {
-      const int node = ctx_.options.node_rank;
-      result_.failure = FailureInfo{-1, node, ctx_.host, 128 + interrupt, true,
-                                    "launcher on node " + std::to_string(node) + " received " + signal_name(interrupt)};
-    }
+    if (!have_failure_) result_.failure = launcher_signalled(interrupt);
     result_.failure.interrupted = true;
     have_failure_ = true;
   }

@@ -73,6 +73,7 @@ class AttemptSupervisor {
   void begin_stop(int sig);
   void store_failed(const Error& e);
   void record_failure(const FailureInfo& f);
+  FailureInfo launcher_signalled(int sig) const;
   void conclude();
 
   const AttemptContext& ctx_;
