@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "support/free_port.h"
+
 namespace paratrain::launch::testing {
 
 struct Proc {
@@ -176,37 +178,10 @@ inline void expect_one_node_rank_vars(std::map<std::string, std::string>& v, int
   EXPECT_EQ(v["ROLE_WORLD_SIZE"], std::to_string(n));
 }
 
-// A TCP port P on loopback such that P and P + 1 were free a moment ago: the launcher uses
-// --master-port for the job's store and --master-port + 1 for the launchers' rendezvous, and
-// an ephemeral port of another test's connection can sit right above the kernel's pick.
-inline int free_port() {
-  auto bind_port = [](int port) {  // the bound socket (closed by the caller), or -1
-    int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-      ::close(s);
-      return -1;
-    }
-    return s;
-  };
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    const int s = bind_port(0);
-    sockaddr_in a{};
-    socklen_t len = sizeof(a);
-    ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-    const int port = ntohs(a.sin_port);
-    const int next = port < 65535 ? bind_port(port + 1) : -1;
-    ::close(s);
-    if (next >= 0) {
-      ::close(next);
-      return port;
-    }
-  }
-  return 0;
-}
+// A TCP port P such that P and P + 1 are this test's alone (support/free_port.h): the
+// launcher uses --master-port for the job's store and --master-port + 1 for the launchers'
+// rendezvous.
+inline int free_port() { return paratrain::test::free_port(2); }
 
 // Two network namespaces joined by a veth pair, for a two-node job on one machine (root
 // only): namespace ns[i] holds dev[i] with addr[i] = <subnet>.<i+1>/24, and its loopback up.

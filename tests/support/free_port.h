@@ -1,27 +1,101 @@
-// A TCP port on the loopback interface that was free a moment ago, for tests that start their
-// own ranks (rank 0's store listens on it). The kernel picks it (bind to port 0), and the
-// socket is closed before returning, so another process may take it in between: callers
-// that must be sure retry (tests/launch/launch_test_util.h has a stricter variant for the
-// launcher's port pairs). Thread-safe; no state.
+// TCP ports for tests that start their own ranks or launchers (rank 0's store listens on
+// one; a multi-node launcher also on the next). free_port(n) reserves n consecutive ports
+// P .. P+n-1 and returns P. What it promises, for the rest of this process:
+//  - no other process that reserves through here gets them: each port is held by an flock
+//    on a file under $TMPDIR/paratrain-test-ports, released when this process (and any
+//    child forked without exec) ends;
+//  - no process's outgoing connection is given one: they lie outside the kernel's
+//    ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), where connect() picks its
+//    local ports. (The kernel's own pick, bind to port 0, lies inside it: a test that took
+//    such a port and closed it lost it, now and then, to another test's connection.)
+//  - each was bindable on every interface (SO_REUSEADDR, as the store binds) when reserved.
+// Thread-safe. Returns 0 where no run of n ports is free (the caller's bind then fails loudly).
 #pragma once
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-namespace paratrain::test {
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <vector>
 
-inline int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+namespace paratrain::test {
+namespace free_port_detail {
+
+// Whether `port` can be bound on every interface now.
+inline bool bindable(int port) {
+  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return false;
+  int one = 1;
+  ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  ::close(s);
+  return ok;
+}
+
+// The ports tests may use: [first, last], outside the ephemeral range.
+inline std::pair<int, int> usable_range() {
+  int low = 32768, high = 60999;  // Linux's default ephemeral range
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  f >> low >> high;
+  if (low - 1 >= 12000) return {10000, low - 1};
+  return {high + 1, 65535};
+}
+
+// An flock held on port's file, or -1 where another process (or this one) holds it.
+inline int lock_port(const std::filesystem::path& dir, int port) {
+  const int fd = ::open((dir / std::to_string(port)).c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0666);
+  if (fd < 0) return -1;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace free_port_detail
+
+inline int free_port(int count = 1) {
+  namespace d = free_port_detail;
+  static std::mutex mu;
+  static unsigned next = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::temp_directory_path(ec) / "paratrain-test-ports";
+  std::filesystem::create_directories(dir, ec);
+  std::filesystem::permissions(dir, std::filesystem::perms::all, ec);
+  const auto [first, last] = d::usable_range();
+  const int span = last - first + 1 - (count - 1);
+  if (span <= 0) return 0;
+  // Start where this process's earlier picks stopped, from a place of its own.
+  if (next == 0) next = static_cast<unsigned>(::getpid()) * 7919u;
+  for (int tried = 0; tried < span; ++tried) {
+    const int port = first + static_cast<int>(next++ % static_cast<unsigned>(span));
+    std::vector<int> held;
+    for (int i = 0; i < count; ++i) {
+      const int fd = d::lock_port(dir, port + i);
+      if (fd < 0 || !d::bindable(port + i)) {
+        if (fd >= 0) held.push_back(fd);
+        for (int h : held) ::close(h);
+        held.clear();
+        break;
+      }
+      held.push_back(fd);
+    }
+    if (static_cast<int>(held.size()) == count) return port;  // the locks stay held
+  }
+  return 0;
 }
 
 }  // namespace paratrain::test
