@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <random>
 
 #include "launch/launcher_common.h"
 #include "paratrain/base/env.h"
@@ -35,8 +37,23 @@ std::string tcp_port_unavailable(int port) {
   return "";
 }
 
-// A port that was free a moment ago (the kernel's pick), for the program's MASTER_PORT.
+// A port for the program's MASTER_PORT, free now. Rank 0 binds it only once the program has
+// started (seconds later for `import torch`), so it is picked between 20000 and the start of
+// the kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range): there no other
+// process's outgoing connection is given it meanwhile, as one may be given a port of the
+// kernel's own pick (bind to port 0), which lies inside that range. The kernel's pick where
+// the range leaves no room below it.
 int free_tcp_port() {
+  int low = 32768, high = 60999;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  range >> low >> high;
+  constexpr int kFirst = 20000;
+  if (low - 1 > kFirst) {
+    std::mt19937 pick(std::random_device{}());
+    std::uniform_int_distribution<int> port_in(kFirst, low - 1);
+    for (int tries = 0; tries < 64; ++tries)
+      if (const int port = port_in(pick); tcp_port_unavailable(port).empty()) return port;
+  }
   Fd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in a{};
   a.sin_family = AF_INET;

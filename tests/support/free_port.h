@@ -6,7 +6,7 @@
 //    child forked without exec) ends;
 //  - no process's outgoing connection is given one: they lie outside the kernel's
 //    ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), where connect() picks its
-//    local ports. (The kernel's own pick, bind to port 0, lies inside it: a test that took
+//    local ports, and below the launcher's own picks (20000 up to that range). (The kernel's own pick, bind to port 0, lies inside it: a test that took
 //    such a port and closed it lost it, now and then, to another test's connection.)
 //  - each was bindable on every interface (SO_REUSEADDR, as the store binds) when reserved.
 // Thread-safe. Returns 0 where no run of n ports is free (the caller's bind then fails loudly).
@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -44,12 +45,13 @@ inline bool bindable(int port) {
   return ok;
 }
 
-// The ports tests may use: [first, last], outside the ephemeral range.
+// The ports tests may use: [first, last], outside the ephemeral range and below 20000, where
+// `paratrain launch` picks the MASTER_PORT it is not given (src/launch/job_setup.cpp).
 inline std::pair<int, int> usable_range() {
   int low = 32768, high = 60999;  // Linux's default ephemeral range
   std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
   f >> low >> high;
-  if (low - 1 >= 12000) return {10000, low - 1};
+  if (low - 1 >= 12000) return {10000, std::min(19999, low - 1)};
   return {high + 1, 65535};
 }
 
