@@ -179,7 +179,15 @@ TEST(DoctorCmd, UnderTheLauncherChecksTheJob) {
     EXPECT_GT(busbw, 0);
     EXPECT_DOUBLE_EQ(busbw, algbw * 2.0 * (2 - 1) / 2);  // nccl-tests: busbw = algbw x 2(n-1)/n
   }
-  EXPECT_EQ(m["job.clock_skew"]["status"], "pass") << m["job.clock_skew"].dump();
+  // One machine, one clock: what the check measures is how late the ranks woke after each
+  // barrier (best of 5). That is a few microseconds, but on a loaded CI machine every round
+  // can lose 10 ms to the scheduler, which the check rightly calls a warning. Beyond a second
+  // the offsets would be computed wrongly.
+  const std::string skew_status = m["job.clock_skew"]["status"];
+  const double skew_us = m["job.clock_skew"]["data"]["skew_us"];
+  EXPECT_TRUE(skew_status == "pass" || skew_status == "warn") << m["job.clock_skew"].dump();
+  EXPECT_EQ(skew_status == "pass", skew_us <= 10000) << m["job.clock_skew"].dump();
+  EXPECT_LT(skew_us, 1e6) << m["job.clock_skew"].dump();
   EXPECT_EQ(m["job.clock_skew"]["data"]["offsets_us"].size(), 2u);
   EXPECT_EQ(r.rc, doc.at("ok").get<bool>() ? 0 : 1);
   // -o wrote the same document.

@@ -111,8 +111,10 @@ TEST_F(Telemetry, DataParallelBytesThroughputAndBusBandwidthMatchTheFormulasAndT
   // 0.158 GB/s against 16.5, with two copies of this test and a training run on the two
   // cores). 1/1000 is 10x past that and still catches the in-flight time taken in the wrong
   // unit (ms for us, s for ms); the bytes are checked exactly above.
+  // Above: the benchmark is the best of three runs, which may all fall in busy moments too;
+  // 100x still catches an in-flight time taken in the wrong unit.
   EXPECT_GT(best, bench_busbw / 1000);
-  EXPECT_LT(best, bench_busbw * 5);
+  EXPECT_LT(best, bench_busbw * 100);
 }
 
 TEST_F(Telemetry, PipelineAndTensorParallelGroupsReportTheirTraffic) {

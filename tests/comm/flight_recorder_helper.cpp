@@ -5,13 +5,15 @@
 //          allreduce on every rank and "continued" (the rank kept running)
 //   stop   (tcp) one allreduce; then rank 1 SIGSTOPs itself and the others run another
 //          allreduce, which must fail within the peer timeout naming rank 1: they print the
-//          error, stay 3 s and exit 3 (0 would mean it completed)
+//          error, wait until every survivor has (files in FR_MEET_DIR) and exit 3 (0 would
+//          mean it completed)
 // Exit code 0 when the rank saw what it should; the failure is printed otherwise.
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -65,9 +67,18 @@ static int stop() {
   } catch (const Error& e) {
     std::printf("rank %d: %s\n", pg->rank(), e.what());
     std::fflush(stdout);
-    // Stay a while: a survivor that exits at once could be noticed (its connection closes)
-    // before the other survivor notices rank 1's silence on its own.
-    std::this_thread::sleep_for(std::chrono::seconds(3));
+    // The survivors leave together: one that exited at once could be noticed (its connection
+    // closes) before the other survivor noticed rank 1's silence on its own. Each puts a file
+    // in FR_MEET_DIR and waits (30 s at most) until every survivor's is there.
+    const char* meet = std::getenv("FR_MEET_DIR");
+    if (meet == nullptr) return 3;
+    std::fclose(std::fopen((std::string(meet) + "/rank_" + std::to_string(pg->rank())).c_str(), "w"));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    auto arrived = [&] {
+      return std::distance(std::filesystem::directory_iterator(meet), std::filesystem::directory_iterator());
+    };
+    while (arrived() < pg->size() - 1 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     return 3;
   }
   std::printf("rank %d: the allreduce completed without rank 1\n", pg->rank());

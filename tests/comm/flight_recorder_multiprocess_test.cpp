@@ -148,7 +148,10 @@ TEST(FlightRecorderProcesses, Sigusr1WritesADumpAndTheRankContinues) {
 }
 
 TEST(FlightRecorderProcesses, TcpNamesAStoppedRankWithinThePeerTimeout) {
-  Job job(3, "stop", {"PARATRAIN_BACKEND=tcp", "PARATRAIN_PEER_TIMEOUT_S=2", "PARATRAIN_COMM_TIMEOUT_S=60"});
+  std::string meet = (std::filesystem::temp_directory_path() / "pt_fr_meet_XXXXXX").string();
+  ASSERT_NE(::mkdtemp(meet.data()), nullptr);
+  Job job(3, "stop",
+          {"PARATRAIN_BACKEND=tcp", "PARATRAIN_PEER_TIMEOUT_S=2", "PARATRAIN_COMM_TIMEOUT_S=60", "FR_MEET_DIR=" + meet});
   // Ranks 0 and 2 must fail long before the 60 s deadline (rank 1 stays stopped).
   const bool done = job.wait(30, {0, 2});
   std::string out = job.output();
@@ -160,6 +163,7 @@ TEST(FlightRecorderProcesses, TcpNamesAStoppedRankWithinThePeerTimeout) {
   }
   ::kill(job.pids[1], SIGKILL);
   job.wait(10, {1});
+  std::filesystem::remove_all(meet);
 }
 
 }  // namespace

@@ -211,7 +211,7 @@ TEST(P2pDeadline, UnmatchedRecvAndSendTimeOutNamingOpPeerTag) {
   std::vector<std::string> errs(2);
   std::vector<double> took(2);
   std::latch both(2);
-  auto errors = run_thread_ranks(2, options("shm", 0.5), [&](int r, std::shared_ptr<ProcessGroup>& pg) {
+  auto errors = run_thread_ranks(2, options("shm", 2.0), [&](int r, std::shared_ptr<ProcessGroup>& pg) {
     std::vector<int32_t> buf(1u << 18, 0);
     pg->barrier()->wait();
     auto t0 = std::chrono::steady_clock::now();
@@ -227,17 +227,17 @@ TEST(P2pDeadline, UnmatchedRecvAndSendTimeOutNamingOpPeerTag) {
   });
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
-  EXPECT_NE(errs[0].find("rank 0: send #1 (i32 x 262144, 1048576 bytes, to rank 1, tag 5) passed its deadline of 0.5 s"),
+  EXPECT_NE(errs[0].find("rank 0: send #1 (i32 x 262144, 1048576 bytes, to rank 1, tag 5) passed its deadline of 2 s"),
             std::string::npos)
       << errs[0];
   EXPECT_NE(errs[0].find("rank 1 has not posted the matching recv"), std::string::npos) << errs[0];
-  EXPECT_NE(errs[1].find("rank 1: recv #1 (i32 x 10, 40 bytes, from rank 0, tag 6) passed its deadline of 0.5 s"),
+  EXPECT_NE(errs[1].find("rank 1: recv #1 (i32 x 10, 40 bytes, from rank 0, tag 6) passed its deadline of 2 s"),
             std::string::npos)
       << errs[1];
   EXPECT_NE(errs[1].find("rank 0 sent no message with this tag"), std::string::npos) << errs[1];
   for (int r = 0; r < 2; ++r) {
-    EXPECT_GE(took[r], 0.5) << "rank " << r;
-    EXPECT_LT(took[r], 10.0) << "rank " << r;  // a hang bound
+    EXPECT_GE(took[r], 2.0) << "rank " << r;
+    EXPECT_LT(took[r], 30.0) << "rank " << r;  // a hang bound
   }
 }
 

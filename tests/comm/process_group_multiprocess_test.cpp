@@ -233,7 +233,7 @@ TEST(MultiProcessFailures, MismatchedCollectiveInDebugMode) {
 }
 
 TEST(MultiProcessFailures, DeadlinePassesNamingTheMissingRank) {
-  Result r = run_ranks(2, "deadline", {"PARATRAIN_COMM_TIMEOUT_S=1", "PARATRAIN_BACKEND=shm"}, 60);
+  Result r = run_ranks(2, "deadline", {"PARATRAIN_COMM_TIMEOUT_S=5", "PARATRAIN_BACKEND=shm"}, 60);
   expect_all_ok(r);
   EXPECT_NE(r.output.find("allreduce #0"), std::string::npos) << r.output;
 }

@@ -36,8 +36,13 @@ TEST(ComputePeak, ScalesWithThreadsAndRejectsNone) {
 
 TEST(ComputePeak, GemmStaysBelowTheHardwarePeak) {
   kc::set_num_threads(1);
+  // The bound is the best of many bursts before and after the GEMM (about 0.5 s in all), so
+  // that a busy neighbour (another test, a sibling hyperthread) during a few milliseconds of
+  // bursts cannot put it below a GEMM that found a quiet moment.
+  const kc::FmaPeak before = kc::fma_peak(1, 1000);
   const kc::GemmPeak g = kc::gemm_peak(0.05);
-  const kc::FmaPeak p = kc::fma_peak(1);
+  const kc::FmaPeak after = kc::fma_peak(1, 1000);
+  const kc::FmaPeak& p = before.flops > after.flops ? before : after;
   EXPECT_EQ(g.threads, 1);
   EXPECT_GT(g.flops, 0);
   EXPECT_TRUE(g.n == 1024 || g.n == 1536 || g.n == 2048) << g.n;

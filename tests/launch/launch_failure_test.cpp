@@ -60,10 +60,12 @@ bool all_gone(const std::vector<pid_t>& pids, double timeout_s) {
   return false;
 }
 
+// The ranks meet in the launcher's store (--store) before rank 1 starts its delay: every rank
+// has written its pid file by then, so none is stopped before it could.
 TEST(LaunchFailure, RankExitingThreeStopsTheOthersAndIsTheExitCode) {
   std::string dir = temp_dir("exit3");
   auto r = run({kLauncher, "--nproc-per-node", "4", "--grace-period", "3", "--", kRank, "--pid-dir", dir,
-                "--fail-rank", "1", "--fail-delay", "0.3", "--code", "3", "--sleep", "60"},
+                "--store", "--fail-rank", "1", "--fail-delay", "0.3", "--code", "3", "--sleep", "60"},
                30);
   ASSERT_FALSE(r.timed_out);
   EXPECT_EQ(r.status, 3) << r.err;
@@ -83,9 +85,10 @@ TEST(LaunchFailure, RankExitingThreeStopsTheOthersAndIsTheExitCode) {
   fs::remove_all(dir);
 }
 
+// --store: every rank ignores SIGTERM before rank 0 starts its delay.
 TEST(LaunchFailure, RanksIgnoringSigtermAreKilledAfterTheGracePeriod) {
-  auto r = run({kLauncher, "--nproc-per-node", "3", "--grace-period", "1", "--", kRank, "--ignore-term", "--fail-rank",
-                "0", "--fail-delay", "0.2", "--code", "5", "--sleep", "60"},
+  auto r = run({kLauncher, "--nproc-per-node", "3", "--grace-period", "1", "--", kRank, "--ignore-term", "--store",
+                "--fail-rank", "0", "--fail-delay", "0.2", "--code", "5", "--sleep", "60"},
                30);
   ASSERT_FALSE(r.timed_out) << r.err;  // the ranks sleep 60 s: only the SIGKILL ends them in time
   EXPECT_EQ(r.status, 5) << r.err;

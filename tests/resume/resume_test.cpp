@@ -131,34 +131,45 @@ class Resume : public ::testing::Test {
     *out = read_text(p.log);
     return rc;
   }
-  // Starts a run and SIGKILLs it (nproc 0: the process; else one rank of the launcher) as
-  // soon as `ckpt`/manifest.json exists. Returns the launcher's / process's exit status.
+  // Starts a run and SIGKILLs it (nproc 0: the process; else its last rank) right after it
+  // saved `ckpt` (ck/step_K): PARATRAIN_TEST_STOP_AT_STEP makes that rank stop itself
+  // (SIGSTOP) at the start of step K, so the kill lands there however slowly this test is
+  // scheduled; the other ranks wait in step K's first collective. Returns the launcher's /
+  // process's exit status.
   int run_and_kill(int nproc, const std::string& args, const std::string& ckpt, std::string* out) {
-    Proc p = start(argv(nproc, args), dir_, dir_ + "/killed" + std::to_string(runs_++) + ".log");
+    const std::string step = ckpt.substr(ckpt.rfind('_') + 1);
+    const int victim_rank = nproc > 0 ? nproc - 1 : 0;
+    std::vector<std::string> a = {"env", "PARATRAIN_TEST_STOP_AT_STEP=" + std::to_string(victim_rank) + ":" + step};
+    for (auto& w : argv(nproc, args)) a.push_back(w);
+    Proc p = start(a, dir_, dir_ + "/killed" + std::to_string(runs_++) + ".log");
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     bool killed = false;
-    while (std::chrono::steady_clock::now() < deadline) {
+    while (!killed && std::chrono::steady_clock::now() < deadline) {
       if (fs::exists(path(ckpt + "/manifest.json"))) {
-        if (nproc == 0) {
-          killed = ::kill(p.pid, SIGKILL) == 0;
-        } else {
-          auto kids = children_of(p.pid);
-          if (!kids.empty()) killed = ::kill(kids.back(), SIGKILL) == 0;  // one rank dies
-        }
-        break;
+        const std::vector<pid_t> ranks = nproc == 0 ? std::vector<pid_t>{p.pid} : children_of(p.pid);
+        for (pid_t r : ranks)
+          if (stopped(r)) killed = ::kill(r, SIGKILL) == 0;
       }
       int st;
-      if (::waitpid(p.pid, &st, WNOHANG) == p.pid) {  // ended before the checkpoint appeared
+      if (::waitpid(p.pid, &st, WNOHANG) == p.pid) {  // ended without stopping at the checkpoint
         *out = read_text(p.log);
-        ADD_FAILURE() << "the run ended before " << ckpt << " appeared:\n" << *out;
+        ADD_FAILURE() << "the run ended before it stopped after " << ckpt << ":\n" << *out;
         return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     EXPECT_TRUE(killed) << "could not kill the run at " << ckpt;
     const int rc = wait_for(p, 60);
     *out = read_text(p.log);
     return rc;
+  }
+  // Whether process `pid` is stopped (state T in /proc/PID/stat).
+  static bool stopped(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(f, line);
+    const auto paren = line.rfind(')');
+    return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T';
   }
   // `paratrain launch --nproc-per-node 2 --max-restarts 1 -- paratrain train ARGS` with
   // PARATRAIN_TEST_KILL_IN_SAVE=kill (a rank SIGKILLs itself during that save, in the first
