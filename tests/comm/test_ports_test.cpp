@@ -3,7 +3,7 @@
 // by a store.
 #include <gtest/gtest.h>
 
-#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "paratrain/comm/store.h"
@@ -16,15 +16,14 @@ namespace d = test::free_port_detail;
 
 TEST(TestPorts, ReservedRunsAreDistinctOutsideTheEphemeralRangeAndHeld) {
   const auto [first, last] = d::usable_range();
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "paratrain-test-ports";
   std::set<int> seen;
   for (int i = 0; i < 5; ++i) {
     const int p = test::free_port(2);
     ASSERT_GE(p, first);
     ASSERT_LE(p + 1, last);
     // Neither port of the run can be reserved again, by this process or another.
-    EXPECT_EQ(d::lock_port(dir, p), -1) << p;
-    EXPECT_EQ(d::lock_port(dir, p + 1), -1) << p + 1;
+    EXPECT_EQ(d::lock_port(p), -1) << p;
+    EXPECT_EQ(d::lock_port(p + 1), -1) << p + 1;
     EXPECT_TRUE(seen.insert(p).second) << p;
     EXPECT_TRUE(seen.insert(p + 1).second) << p + 1;
   }

@@ -359,12 +359,9 @@ TEST_F(Resume, TwoRanksResumeOntoThreeAtTheSameGlobalBatch) {
   ASSERT_EQ(run(2, args + "--micro-batch 3 --save-final full.st", &out), 0) << out;
   // 2 ranks x 3 stop after step 6 (SIGKILL once step_6 is saved) ...
   const int rc = run_and_kill(2, args + "--micro-batch 3 --checkpoint-dir ck --checkpoint-every 6", "ck/step_6", &out);
-  if (fs::exists(path("ck/step_12"))) {
-    // The run outran the kill; go back to step 6 by hand (as if the kill had come earlier).
-    fs::remove_all(path("ck/step_12"));
-    std::ofstream(path("ck/latest")) << "step_6\n";
-  }
-  (void)rc;
+  ASSERT_NE(rc, 0) << "a rank was SIGKILLed, the launcher must fail: " << out;
+  ASSERT_EQ(latest(), "step_6") << out;
+  ASSERT_FALSE(fs::exists(path("ck/step_12"))) << out;
   // ... and 3 ranks x 2 continue: global batch 6 both times.
   ASSERT_EQ(run(3, args + "--micro-batch 2 --checkpoint-dir ck --resume --save-final three.st", &out), 0) << out;
   EXPECT_EQ(resumed_step(out), 6) << out;
@@ -500,9 +497,9 @@ TEST_F(Resume, TensorParallelKilledAndResumedAsTp2Dp2Tp4ZeroAndOneProcess) {
   EXPECT_TRUE(fs::exists(path("full_ck/step_12/model.tp0-of-2.safetensors")));
   EXPECT_TRUE(fs::exists(path("full_ck/step_12/model.tp1-of-2.safetensors")));
   EXPECT_FALSE(fs::exists(path("full_ck/step_12/model.safetensors")));
-  run_and_kill(2, tp2 + "--checkpoint-dir ck", "ck/step_4", &out);
-  for (const char* later : {"ck/step_8", "ck/step_12"}) fs::remove_all(path(later));  // if the kill came late
-  std::ofstream(path("ck/latest")) << "step_4\n";
+  ASSERT_NE(run_and_kill(2, tp2 + "--checkpoint-dir ck", "ck/step_4", &out), 0) << out;
+  ASSERT_EQ(latest(), "step_4") << out;
+  for (const char* later : {"ck/step_8", "ck/step_12"}) ASSERT_FALSE(fs::exists(path(later))) << later << "\n" << out;
   for (const char* copy : {"ck_dp2", "ck_zero", "ck_one", "ck_tp4"})
     fs::copy(path("ck"), path(copy), fs::copy_options::recursive);
 

@@ -6,8 +6,9 @@
 //    child forked without exec) ends;
 //  - no process's outgoing connection is given one: they lie outside the kernel's
 //    ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), where connect() picks its
-//    local ports, and below the launcher's own picks (20000 up to that range). (The kernel's own pick, bind to port 0, lies inside it: a test that took
-//    such a port and closed it lost it, now and then, to another test's connection.)
+//    local ports, and below the launcher's own picks (20000 up to that range). (The
+//    kernel's own pick, bind to port 0, lies inside it: a test that took such a port and
+//    closed it lost it, now and then, to another test's connection.)
 //  - each was bindable on every interface (SO_REUSEADDR, as the store binds) when reserved.
 // Thread-safe. Returns 0 where no run of n ports is free (the caller's bind then fails loudly).
 #pragma once
@@ -25,6 +26,7 @@
 #include <mutex>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace paratrain::test {
@@ -55,9 +57,21 @@ inline std::pair<int, int> usable_range() {
   return {high + 1, 65535};
 }
 
+// The folder of the ports' lock files, made (once a process) where it is missing.
+inline const std::filesystem::path& lock_dir() {
+  static const std::filesystem::path dir = [] {
+    std::error_code ec;
+    std::filesystem::path d = std::filesystem::temp_directory_path(ec) / "paratrain-test-ports";
+    std::filesystem::create_directories(d, ec);
+    std::filesystem::permissions(d, std::filesystem::perms::all, ec);
+    return d;
+  }();
+  return dir;
+}
+
 // An flock held on port's file, or -1 where another process (or this one) holds it.
-inline int lock_port(const std::filesystem::path& dir, int port) {
-  const int fd = ::open((dir / std::to_string(port)).c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0666);
+inline int lock_port(int port) {
+  const int fd = ::open((lock_dir() / std::to_string(port)).c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0666);
   if (fd < 0) return -1;
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     ::close(fd);
@@ -73,10 +87,6 @@ inline int free_port(int count = 1) {
   static std::mutex mu;
   static unsigned next = 0;
   std::lock_guard<std::mutex> lock(mu);
-  std::error_code ec;
-  const std::filesystem::path dir = std::filesystem::temp_directory_path(ec) / "paratrain-test-ports";
-  std::filesystem::create_directories(dir, ec);
-  std::filesystem::permissions(dir, std::filesystem::perms::all, ec);
   const auto [first, last] = d::usable_range();
   const int span = last - first + 1 - (count - 1);
   if (span <= 0) return 0;
@@ -85,17 +95,14 @@ inline int free_port(int count = 1) {
   for (int tried = 0; tried < span; ++tried) {
     const int port = first + static_cast<int>(next++ % static_cast<unsigned>(span));
     std::vector<int> held;
-    for (int i = 0; i < count; ++i) {
-      const int fd = d::lock_port(dir, port + i);
-      if (fd < 0 || !d::bindable(port + i)) {
-        if (fd >= 0) held.push_back(fd);
-        for (int h : held) ::close(h);
-        held.clear();
-        break;
-      }
-      held.push_back(fd);
+    bool free = true;
+    for (int i = 0; i < count && free; ++i) {
+      const int fd = d::lock_port(port + i);
+      if (fd >= 0) held.push_back(fd);
+      free = fd >= 0 && d::bindable(port + i);
     }
-    if (static_cast<int>(held.size()) == count) return port;  // the locks stay held
+    if (free) return port;  // the locks stay held
+    for (int fd : held) ::close(fd);
   }
   return 0;
 }
