@@ -3,7 +3,8 @@
 //   usr1   5 allreduces; then rank 0 waits (up to 30 s) until its dump file exists (the test
 //          sends it SIGUSR1 meanwhile), the others wait in a barrier; then one more
 //          allreduce on every rank and "continued" (the rank kept running)
-//   stop   (tcp) one allreduce; then rank 1 SIGSTOPs itself and the others run another
+//   stop   (tcp, FR_MEET_DIR set) one allreduce; once every other rank has completed it
+//          (files in FR_MEET_DIR), rank 1 SIGSTOPs itself and the others run another
 //          allreduce, which must fail within the peer timeout naming rank 1: they print the
 //          error, wait until every survivor has (files in FR_MEET_DIR) and exit 3 (0 would
 //          mean it completed)
@@ -52,33 +53,52 @@ static int usr1() {
   return 0;
 }
 
+// Waits (30 s at most) until FR_MEET_DIR holds `count` files whose names start with `prefix`.
+static void wait_for_files(const std::string& dir, const std::string& prefix, long count) {
+  auto arrived = [&] {
+    long n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      if (e.path().filename().string().rfind(prefix, 0) == 0) ++n;
+    return n;
+  };
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (arrived() < count && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
+static void put_file(const std::string& dir, const std::string& name) {
+  std::fclose(std::fopen((dir + "/" + name).c_str(), "w"));
+}
+
 static int stop() {
+  const char* meet_env = std::getenv("FR_MEET_DIR");
+  if (meet_env == nullptr) {
+    std::fprintf(stderr, "stop needs FR_MEET_DIR\n");
+    return 2;
+  }
+  const std::string meet = meet_env;
   auto pg = create_process_group_from_env();
   std::vector<float> x(16, 1.0f);
   pg->allreduce(x.data(), x.size(), DType::F32)->wait();
   if (pg->rank() == 1) {
+    // The call completed here, but its last bytes for the peers may still be in the tcp
+    // sender threads, which SIGSTOP stops too: stop only once every peer has completed it.
+    wait_for_files(meet, "completed_", pg->size() - 1);
     std::printf("rank 1 stops itself\n");
     std::fflush(stdout);
     ::raise(SIGSTOP);
     return 0;
   }
+  put_file(meet, "completed_" + std::to_string(pg->rank()));
   try {
     pg->allreduce(x.data(), x.size(), DType::F32)->wait();
   } catch (const Error& e) {
     std::printf("rank %d: %s\n", pg->rank(), e.what());
     std::fflush(stdout);
     // The survivors leave together: one that exited at once could be noticed (its connection
-    // closes) before the other survivor noticed rank 1's silence on its own. Each puts a file
-    // in FR_MEET_DIR and waits (30 s at most) until every survivor's is there.
-    const char* meet = std::getenv("FR_MEET_DIR");
-    if (meet == nullptr) return 3;
-    std::fclose(std::fopen((std::string(meet) + "/rank_" + std::to_string(pg->rank())).c_str(), "w"));
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    auto arrived = [&] {
-      return std::distance(std::filesystem::directory_iterator(meet), std::filesystem::directory_iterator());
-    };
-    while (arrived() < pg->size() - 1 && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // closes) before the other survivor noticed rank 1's silence on its own.
+    put_file(meet, "failed_" + std::to_string(pg->rank()));
+    wait_for_files(meet, "failed_", pg->size() - 1);
     return 3;
   }
   std::printf("rank %d: the allreduce completed without rank 1\n", pg->rank());
