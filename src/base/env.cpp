@@ -54,7 +54,7 @@ const std::vector<VarInfo>& declared() {
        "or 0)"},
       {"PARATRAIN_TEST_STOP_AT_STEP", "",
        "test hook: R:N makes rank R stop itself with SIGSTOP at the start of step N (0-based), a hung rank for the "
-       "launcher's --hang-timeout report"},
+       "launcher's --hang-timeout report; only in a group's first attempt (TORCHELASTIC_RESTART_COUNT unset or 0)"},
       {"PARATRAIN_TEST_SKIP_ALLREDUCE", "",
        "test hook: R:N makes rank R skip its first gradient bucket's all-reduce at step N (0-based; DDP without "
        "ZeRO or --compress), a collective the other ranks wait for in vain"},

@@ -68,10 +68,11 @@ void inject_inf(const optim::NamedParams& params, int rank, int64_t step) {
 
 // PARATRAIN_TEST_STOP_AT_STEP=R:N, a test hook: rank R stops itself (SIGSTOP) at the start
 // of step N (0-based), before any collective of that step, so the other ranks wait in that
-// step's first collective (a hung rank that is alive); -1 on other ranks and when unset.
-int64_t test_stop_at_step(int rank) {
+// step's first collective (a hung rank that is alive); -1 on other ranks, when unset, and in
+// a group restarted by the launcher (restart_count > 0), so that the restarted run gets past it.
+int64_t test_stop_at_step(int rank, int64_t restart_count) {
   const auto rs = rank_and_step("PARATRAIN_TEST_STOP_AT_STEP", 0);
-  return rs && rs->first == rank ? rs->second : -1;
+  return rs && rs->first == rank && restart_count == 0 ? rs->second : -1;
 }
 
 void stop_this_rank(int rank, int64_t step) {

@@ -14,7 +14,7 @@ int64_t test_kill_in_save_step(int rank, int64_t restart_count);
 int64_t test_inject_inf_step(int rank);
 void inject_inf(const optim::NamedParams& params, int rank, int64_t step);
 double simulated_slowdown(int rank);
-int64_t test_stop_at_step(int rank);
+int64_t test_stop_at_step(int rank, int64_t restart_count);
 void stop_this_rank(int rank, int64_t step);  // raise(SIGSTOP), said first
 int64_t test_skip_allreduce_step(int rank);
 

@@ -253,7 +253,7 @@ TrainResult run_training(const TrainConfig& cfg, Task& task_ref, int64_t micro_b
   // ZeRO 3 keeps no copy of the whole model across steps: each forward casts what it uses.
   autograd::WeightCastCache* const half_copies = fsdp ? nullptr : mp.half_copies();
   const int64_t inject_inf_step = test_inject_inf_step(rank);
-  const int64_t stop_at_step = test_stop_at_step(rank);
+  const int64_t stop_at_step = test_stop_at_step(rank, restart_count);
   if (resumed) apply_resumed_state(*resumed, pm, *task, mp);
   // PARATRAIN_TEST_KILL_IN_SAVE: this rank dies in the save of step kill_in_save, after its
   // files and before the manifest, leaving an incomplete checkpoint (test hook).
