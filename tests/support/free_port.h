@@ -9,15 +9,12 @@
 //    local ports, and below the launcher's own picks (20000 up to that range). (The
 //    kernel's own pick, bind to port 0, lies inside it: a test that took such a port and
 //    closed it lost it, now and then, to another test's connection.)
-//  - each was bindable on every interface (SO_REUSEADDR, as the store binds) when reserved.
+//  - each could be listened on, on every interface, when reserved (by the store's listen_tcp).
 // Thread-safe. Returns 0 where no run of n ports is free (the caller's bind then fails loudly).
 #pragma once
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <sys/file.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,22 +26,21 @@
 #include <utility>
 #include <vector>
 
+#include "comm/net/socket.h"
+#include "paratrain/base/error.h"
+
 namespace paratrain::test {
 namespace free_port_detail {
 
-// Whether `port` can be bound on every interface now.
+// Whether `port` can be listened on, on every interface, now: the store's own listen_tcp
+// (SO_REUSEADDR, bind, listen), closed again.
 inline bool bindable(int port) {
-  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s < 0) return false;
-  int one = 1;
-  ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-  ::close(s);
-  return ok;
+  try {
+    comm::net::listen_tcp("", port, 1);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 // The ports tests may use: [first, last], outside the ephemeral range and below 20000, where
